@@ -1,0 +1,122 @@
+/**
+ * buildApp(deps): the whole HTTP application on the services it is given: body parsers, routes,
+ * security headers, one error handler, 404/405. It never listens, so tests build one on a fresh
+ * database with one call and use inject or a real socket.
+ */
+import { randomUUID } from 'node:crypto';
+import Fastify, { type FastifyInstance, type FastifyServerOptions } from 'fastify';
+import FindMyWay, { type HTTPMethod } from 'find-my-way';
+import type { Config } from './config.js';
+import { AppError } from './errors.js';
+import { registerCliRoutes } from './http/api/cli-routes.js';
+import { registerPasteRoutes } from './http/api/paste-routes.js';
+import { sendError } from './http/error-presenter.js';
+import { registerBodyParsers } from './http/request-bodies.js';
+import { registerWebRoutes } from './http/web/web-routes.js';
+import { PastePresenter } from './pastes/paste-presenter.js';
+import type { Services } from './services.js';
+
+export interface AppDeps {
+  config: Config;
+  services: Services;
+  /** Fastify's logger option; false in tests. */
+  logger?: FastifyServerOptions['logger'];
+}
+
+/** Headers on every answer (pages, API, raw): no framing, no sniffing, no referrer, no inline script. */
+const SECURITY_HEADERS: Record<string, string> = {
+  'content-security-policy':
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'",
+  'referrer-policy': 'no-referrer',
+  'x-content-type-options': 'nosniff',
+  'x-frame-options': 'DENY',
+  'cross-origin-opener-policy': 'same-origin',
+};
+
+const METHODS: HTTPMethod[] = ['GET', 'HEAD', 'POST', 'PUT', 'DELETE', 'PATCH', 'OPTIONS'];
+
+/** The logger settings of the server: secrets in headers never reach a log line. */
+export function loggerOptions(level: string): FastifyServerOptions['logger'] {
+  return {
+    level,
+    redact: {
+      paths: [
+        'req.headers["x-api-key"]',
+        'req.headers["x-paste-password"]',
+        'req.headers.authorization',
+        'req.headers.cookie',
+      ],
+      censor: '[redacted]',
+    },
+  };
+}
+
+export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
+  const { config, services } = deps;
+  const app = Fastify({
+    logger: deps.logger ?? false,
+    trustProxy: config.trustProxy,
+    genReqId: () => randomUUID(),
+    requestTimeout: 120_000,
+    connectionTimeout: 0,
+    keepAliveTimeout: 10_000,
+    return503OnClosing: true,
+    routerOptions: { maxParamLength: 200, ignoreTrailingSlash: false },
+  });
+
+  // The routes known for each method, to tell a wrong method (405 with Allow) from a wrong path.
+  const known = FindMyWay();
+  app.addHook('onRoute', (route) => {
+    const methods = Array.isArray(route.method) ? route.method : [route.method];
+    for (const method of methods) {
+      if (!known.hasRoute(method as HTTPMethod, route.url)) known.on(method as HTTPMethod, route.url, () => {});
+    }
+  });
+
+  app.decorateRequest('apiKey', null);
+  app.addHook('onRequest', async (request, reply) => {
+    for (const [name, value] of Object.entries(SECURITY_HEADERS)) reply.header(name, value);
+    if (!config.apiEnabled && request.url.startsWith('/api/v1')) {
+      throw new AppError('api_disabled', 'The API is turned off on this server.');
+    }
+    const encoding = request.headers['content-encoding'];
+    if (encoding !== undefined && encoding.toLowerCase() !== 'identity') {
+      throw new AppError('invalid_request', 'Compressed request bodies are not accepted; send the body as is.');
+    }
+  });
+
+  await registerBodyParsers(app);
+  const presenter = new PastePresenter(config.baseUrl);
+  const apiDeps = { pastes: services.pastes, keys: services.keys, presenter };
+  await registerPasteRoutes(app, apiDeps);
+  await registerCliRoutes(app, { ...apiDeps, anonymousAllowed: config.anonymousCli });
+  await registerWebRoutes(app, { pastes: services.pastes, presenter });
+
+  app.get('/healthz', async () => ({ error: false, data: { status: 'ok' } }));
+  app.get('/readyz', async (_request, reply) => {
+    try {
+      await services.storage.db.selectFrom('api_keys').select('id').limit(1).execute();
+      return { error: false, data: { status: 'ready', database: 'ok' } };
+    } catch {
+      reply.code(503);
+      return { error: true, message: 'The database does not answer.', code: 'service_unavailable' };
+    }
+  });
+
+  app.setErrorHandler((error, request, reply) => sendError(request, reply, error));
+  app.setNotFoundHandler((request, reply) => {
+    const path = request.url.split('?')[0] ?? '/';
+    const allowed = METHODS.filter((method) => known.find(method, path) !== null);
+    if (allowed.length > 0) {
+      return sendError(
+        request,
+        reply,
+        new AppError('method_not_allowed', `${request.method} is not allowed here.`, {
+          headers: { allow: allowed.join(', ') },
+        }),
+      );
+    }
+    return sendError(request, reply, new AppError('not_found', 'There is nothing at this address.'));
+  });
+  return app;
+}

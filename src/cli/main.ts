@@ -1,0 +1,132 @@
+/**
+ * The `fastpaste` command (D1): `serve`, `migrate`, and the administrator's `keys` tool (D19).
+ * Every command reads the same config schema as the server.
+ */
+import { Command, InvalidArgumentError } from 'commander';
+import { formatTimestamp } from '../clock.js';
+import { ConfigError, loadConfig } from '../config.js';
+import { AppError } from '../errors.js';
+import type { ApiKey } from '../keys/key-service.js';
+import { serve } from '../main.js';
+import { createServices, type Services } from '../services.js';
+import { openStorage } from '../storage/database.js';
+import { migrateToLatest } from '../storage/migrations.js';
+
+function wholeNumber(value: string): number {
+  if (!/^\d+$/.test(value)) throw new InvalidArgumentError('must be a whole number (0 for unlimited)');
+  return Number(value);
+}
+
+/** Opens the configured database, migrated, runs `task`, and closes it. */
+async function withServices<T>(task: (services: Services) => Promise<T>): Promise<T> {
+  const config = loadConfig();
+  const storage = openStorage(config.databaseUrl);
+  try {
+    await migrateToLatest(storage.db);
+    return await task(createServices(storage));
+  } finally {
+    await storage.close();
+  }
+}
+
+function describeKey(key: ApiKey): Record<string, unknown> {
+  return {
+    id: key.id,
+    name: key.name,
+    active: key.active,
+    hourly_limit: key.limits.hourly,
+    daily_limit: key.limits.daily,
+    monthly_limit: key.limits.monthly,
+    webhook_url: key.webhookUrl,
+    created_at: formatTimestamp(key.createdAt),
+  };
+}
+
+const program = new Command('fastpaste').description('fastpaste: a self-hostable paste service');
+
+program
+  .command('serve')
+  .description('run the server (settings from the environment; see the README)')
+  .action(async () => {
+    await serve(loadConfig());
+  });
+
+program
+  .command('migrate')
+  .description('apply the database migrations and exit')
+  .action(async () => {
+    const applied = await withServices(async (s) => migrateToLatest(s.storage.db));
+    console.log(applied.length === 0 ? 'The database is up to date.' : `Applied: ${applied.join(', ')}`);
+  });
+
+const keys = program.command('keys').description('manage API keys');
+
+keys
+  .command('create')
+  .description('create an API key; the key is shown once')
+  .requiredOption('--name <name>', 'a label for the key')
+  .option('--hourly <n>', 'requests per hour, 0 for unlimited', wholeNumber, 0)
+  .option('--daily <n>', 'requests per day, 0 for unlimited', wholeNumber, 0)
+  .option('--monthly <n>', 'requests per month, 0 for unlimited', wholeNumber, 0)
+  .option('--webhook <url>', 'URL told of every paste created with this key')
+  .option('--json', 'print JSON')
+  .action(async (options) => {
+    const created = await withServices((s) =>
+      s.keys.create({
+        name: options.name,
+        hourly: options.hourly,
+        daily: options.daily,
+        monthly: options.monthly,
+        webhookUrl: options.webhook ?? null,
+      }),
+    );
+    if (options.json) {
+      console.log(
+        JSON.stringify({ key: created.key, name: created.apiKey.name, webhook_secret: created.webhookSecret }),
+      );
+      return;
+    }
+    console.log(`Created key ${created.apiKey.id} "${created.apiKey.name}".`);
+    console.log(`API key (shown once, store it now): ${created.key}`);
+    if (created.webhookSecret) console.log(`Webhook signing secret (shown once): ${created.webhookSecret}`);
+  });
+
+keys
+  .command('list')
+  .description('list API keys (never the secrets)')
+  .option('--json', 'print JSON')
+  .action(async (options) => {
+    const list = await withServices((s) => s.keys.list());
+    if (options.json) {
+      console.log(JSON.stringify(list.map(describeKey)));
+      return;
+    }
+    if (list.length === 0) console.log('No API keys yet: fastpaste keys create --name NAME');
+    for (const key of list) {
+      const limits = `${key.limits.hourly}/h ${key.limits.daily}/d ${key.limits.monthly}/month`;
+      console.log(`${key.id}  ${key.active ? 'active  ' : 'inactive'}  ${limits}  ${key.name}`);
+    }
+  });
+
+for (const [name, active] of [
+  ['deactivate', false],
+  ['activate', true],
+] as const) {
+  keys
+    .command(`${name} <key>`)
+    .description(`${name} a key, given by its id (k_...) or the key itself`)
+    .action(async (idOrKey: string) => {
+      const key = await withServices((s) => s.keys.setActive(idOrKey, active));
+      console.log(`Key ${key.id} "${key.name}" is now ${active ? 'active' : 'inactive'}.`);
+    });
+}
+
+try {
+  await program.parseAsync(process.argv);
+} catch (err) {
+  if (err instanceof ConfigError || err instanceof AppError) {
+    console.error(`fastpaste: ${err.message}`);
+    process.exit(err instanceof ConfigError ? 78 : 1);
+  }
+  throw err;
+}

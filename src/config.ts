@@ -1,0 +1,104 @@
+/**
+ * One schema for every setting (D2). Read from the environment once at start, checked, and shared
+ * by the server and the `fastpaste` command. A bad value stops the process with one line naming
+ * the variable.
+ */
+
+export interface Config {
+  port: number;
+  host: string;
+  baseUrl: string;
+  databaseUrl: string;
+  redisUrl: string | null;
+  trustProxy: boolean;
+  apiEnabled: boolean;
+  anonymousCli: boolean;
+  anonHourlyLimit: number;
+  webhookAllowPrivate: boolean;
+  /** How often the background sweep removes expired pastes. */
+  sweepIntervalMs: number;
+  logLevel: string;
+}
+
+export class ConfigError extends Error {}
+
+type Env = Record<string, string | undefined>;
+
+const BOOLEANS: Record<string, boolean> = {
+  true: true,
+  false: false,
+  '1': true,
+  '0': false,
+  yes: true,
+  no: false,
+  on: true,
+  off: false,
+};
+
+function readBoolean(env: Env, name: string, fallback: boolean): boolean {
+  const raw = env[name];
+  if (raw === undefined || raw === '') return fallback;
+  const value = BOOLEANS[raw.trim().toLowerCase()];
+  if (value === undefined) throw new ConfigError(`${name} must be true or false, got "${raw}"`);
+  return value;
+}
+
+function readInteger(env: Env, name: string, fallback: number, min: number, max: number): number {
+  const raw = env[name];
+  if (raw === undefined || raw === '') return fallback;
+  if (!/^\d+$/.test(raw.trim())) throw new ConfigError(`${name} must be a whole number, got "${raw}"`);
+  const value = Number(raw.trim());
+  if (value < min || value > max) {
+    throw new ConfigError(`${name} must be between ${min} and ${max}, got ${value}`);
+  }
+  return value;
+}
+
+function readUrl(env: Env, name: string, fallback: string | null, protocols: string[]): string | null {
+  const raw = env[name];
+  if (raw === undefined || raw === '') return fallback;
+  let url: URL;
+  try {
+    url = new URL(raw);
+  } catch {
+    throw new ConfigError(`${name} must be a URL, got "${raw}"`);
+  }
+  if (!protocols.includes(url.protocol)) {
+    throw new ConfigError(`${name} must start with ${protocols.map((p) => `${p}//`).join(' or ')}`);
+  }
+  return raw;
+}
+
+const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];
+
+/** Reads and checks every setting; throws ConfigError with one readable line on a bad value. */
+export function loadConfig(env: Env = process.env): Config {
+  const port = readInteger(env, 'PORT', 8080, 0, 65535);
+  const host = env.HOST?.trim() || '127.0.0.1';
+  const baseUrl = (readUrl(env, 'BASE_URL', `http://localhost:${port}`, ['http:', 'https:']) as string).replace(
+    /\/+$/,
+    '',
+  );
+  const databaseUrl = env.DATABASE_URL?.trim() || 'sqlite:./data/fastpaste.db';
+  if (!/^(sqlite:|postgres:\/\/|postgresql:\/\/)/.test(databaseUrl)) {
+    throw new ConfigError(`DATABASE_URL must start with sqlite: or postgres://, got "${databaseUrl}"`);
+  }
+  const logLevel = env.LOG_LEVEL?.trim() || 'info';
+  if (!LOG_LEVELS.includes(logLevel)) {
+    throw new ConfigError(`LOG_LEVEL must be one of ${LOG_LEVELS.join(', ')}, got "${logLevel}"`);
+  }
+  return {
+    port,
+    host,
+    baseUrl,
+    databaseUrl,
+    redisUrl: readUrl(env, 'REDIS_URL', null, ['redis:', 'rediss:']),
+    trustProxy: readBoolean(env, 'TRUST_PROXY', false),
+    apiEnabled: readBoolean(env, 'API_ENABLED', true),
+    anonymousCli: readBoolean(env, 'ANONYMOUS_CLI', true),
+    anonHourlyLimit: readInteger(env, 'ANON_HOURLY_LIMIT', 30, 0, 1_000_000_000),
+    webhookAllowPrivate: readBoolean(env, 'WEBHOOK_ALLOW_PRIVATE', false),
+    sweepIntervalMs: readInteger(env, 'SWEEP_INTERVAL_SECONDS', 60, 1, 86_400) * 1000,
+    logLevel,
+  };
+}

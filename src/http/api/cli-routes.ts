@@ -1,0 +1,158 @@
+/**
+ * Quick-create for scripts (api-v1.md POST/GET /api/v1/cli, D18): the content as a raw body or
+ * as a form field `content`, `paste` or `f:1`; parameters from the query or the form; the view
+ * URL as plain text, or the create envelope on `Accept: application/json` or `json=1`.
+ */
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { AppError, type FieldProblem, invalidRequest } from '../../errors.js';
+import { EXPIRY_VALUES } from '../../pastes/expiry.js';
+import { MAX_TEXT_BYTES, parseCreateInput, parseFormBoolean, tooLarge } from '../../pastes/paste-input.js';
+import { decodeTextFile } from '../../pastes/uploads.js';
+import { readMultipartForm, UrlEncodedBody } from '../request-bodies.js';
+import { optionalApiKey } from './authentication.js';
+import { type ApiDeps, announcedLength, createdMessage } from './paste-routes.js';
+
+const CONTENT_FIELDS = new Set(['content', 'paste', 'f:1']);
+const PARAMETERS = new Set(['expiry', 'title', 'lang', 'burn', 'json']);
+/** An urlencoded 4 MB paste may triple in size on the wire. */
+const FORM_BODY_LIMIT = 3 * MAX_TEXT_BYTES + 64 * 1024;
+
+function wantsJson(request: FastifyRequest, params: Record<string, string>): boolean {
+  if (params.json !== undefined) {
+    const value = parseFormBoolean(params.json);
+    if (value === undefined) throw invalidRequest([{ field: 'json', message: 'must be true or false' }]);
+    if (value) return true;
+  }
+  return (request.headers.accept ?? '').includes('application/json');
+}
+
+function asText(bytes: Buffer): string {
+  const text = decodeTextFile(bytes);
+  if (text === null) {
+    throw new AppError('invalid_request', 'The content is not UTF-8 text.', {
+      details: [{ field: 'content', message: 'is not UTF-8 text without NUL bytes' }],
+    });
+  }
+  return text;
+}
+
+/** The content and the parameters, from whichever encoding the client used. */
+async function readQuickCreate(
+  request: FastifyRequest,
+): Promise<{ content: string | undefined; params: Record<string, string> }> {
+  const params: Record<string, string> = {};
+  const problems: FieldProblem[] = [];
+  const take = (name: string, value: unknown) => {
+    if (!PARAMETERS.has(name)) problems.push({ field: name, message: 'is not a known parameter' });
+    else if (typeof value !== 'string') problems.push({ field: name, message: 'must be given once' });
+    else if (Object.hasOwn(params, name)) problems.push({ field: name, message: 'is given more than once' });
+    else params[name] = value;
+  };
+  for (const [name, value] of Object.entries(request.query as Record<string, unknown>)) take(name, value);
+
+  let content: string | undefined;
+  const setContent = (value: string) => {
+    if (content !== undefined) problems.push({ field: 'content', message: 'is given more than once' });
+    content = value;
+  };
+  if (request.isMultipart()) {
+    const length = announcedLength(request);
+    if (length !== undefined && length > FORM_BODY_LIMIT) throw tooLarge(MAX_TEXT_BYTES);
+    const form = await readMultipartForm(request, { fileFields: CONTENT_FIELDS, maxFileBytes: MAX_TEXT_BYTES });
+    if (form.file) setContent(asText(form.file.bytes));
+    for (const [name, value] of Object.entries(form.fields)) {
+      if (CONTENT_FIELDS.has(name)) setContent(value);
+      else take(name, value);
+    }
+  } else if (Buffer.isBuffer(request.body)) {
+    setContent(asText(request.body));
+  } else if (request.body instanceof UrlEncodedBody) {
+    const { fields, raw } = request.body;
+    if (!Object.keys(fields).some((name) => CONTENT_FIELDS.has(name))) {
+      // `curl --data-binary @file` sends the file as an urlencoded form without saying so: a
+      // form with no content field is taken as the raw content, exactly as sent.
+      setContent(asText(raw));
+    } else {
+      for (const [name, value] of Object.entries(fields)) {
+        if (!CONTENT_FIELDS.has(name)) take(name, value);
+        else if (typeof value === 'string') setContent(value);
+        else problems.push({ field: name, message: 'is given more than once' });
+      }
+    }
+  }
+  if (problems.length > 0) throw invalidRequest(problems);
+  return { content, params };
+}
+
+function usage(baseUrl: string): string {
+  return [
+    'fastpaste quick-create',
+    '',
+    'Paste a file:',
+    `  curl --data-binary @file.txt -H 'Content-Type: text/plain' ${baseUrl}/api/v1/cli`,
+    'Paste from standard input:',
+    `  echo 'hello world' | curl --data-binary @- ${baseUrl}/api/v1/cli`,
+    'As a form field (content, paste or f:1):',
+    `  curl -F 'f:1=<-' ${baseUrl}/api/v1/cli < file.txt`,
+    'With options (expiry, title, lang, burn):',
+    `  curl --data-binary @script.py '${baseUrl}/api/v1/cli?expiry=1h&lang=python&burn=1'`,
+    'JSON answer instead of the plain URL:',
+    `  curl --data-binary @file.txt -H 'Accept: application/json' ${baseUrl}/api/v1/cli`,
+    'With an API key (counted against the key):',
+    `  curl --data-binary @file.txt -H 'X-API-Key: fp_...' ${baseUrl}/api/v1/cli`,
+    '',
+    `Expiry values: ${EXPIRY_VALUES.join(' ')} (default 1d).`,
+    '',
+  ].join('\n');
+}
+
+export async function registerCliRoutes(
+  app: FastifyInstance,
+  deps: ApiDeps & { anonymousAllowed: boolean },
+): Promise<void> {
+  const { pastes, presenter } = deps;
+
+  app.post(
+    '/api/v1/cli',
+    { onRequest: optionalApiKey(deps.keys, deps.anonymousAllowed), bodyLimit: FORM_BODY_LIMIT },
+    async (request, reply) => {
+      const { content, params } = await readQuickCreate(request);
+      const json = wantsJson(request, params);
+      const fields: Record<string, unknown> = { content };
+      if (params.expiry !== undefined) fields.expiry = params.expiry;
+      if (params.title !== undefined) fields.title = params.title;
+      if (params.lang !== undefined) fields.language = params.lang;
+      if (params.burn !== undefined) fields.burn = params.burn;
+      const input = parseCreateInput(fields, 'form');
+      const created = await pastes.create(input, {
+        ownerKeyId: request.apiKey?.id ?? null,
+        source: 'cli',
+        ip: request.ip,
+      });
+      reply.code(201);
+      if (json) {
+        return reply.send({
+          error: false,
+          message: createdMessage(created.paste.id, undefined, false),
+          data: presenter.created(created.paste, input),
+        });
+      }
+      return reply.type('text/plain; charset=utf-8').send(`${presenter.viewUrl(created.paste.id)}\n`);
+    },
+  );
+
+  app.get('/api/v1/cli', async (request, reply: FastifyReply) => {
+    const query = request.query as Record<string, string | undefined>;
+    const json =
+      query.json !== undefined
+        ? parseFormBoolean(query.json) === true
+        : (request.headers.accept ?? '').includes('application/json');
+    const text = usage(presenter.baseUrl);
+    if (json)
+      return {
+        error: false,
+        data: { usage: text, endpoint: `${presenter.baseUrl}/api/v1/cli`, expiry_values: EXPIRY_VALUES },
+      };
+    return reply.type('text/plain; charset=utf-8').send(text);
+  });
+}

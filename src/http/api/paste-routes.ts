@@ -1,0 +1,202 @@
+/** The JSON API of pastes: create, read, raw, update, delete, list (api-v1.md, Endpoints). */
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { AppError, invalidRequest, notFound } from '../../errors.js';
+import type { KeyService } from '../../keys/key-service.js';
+import { isPlausiblePasteId } from '../../pastes/paste-ids.js';
+import {
+  type CreateInput,
+  MAX_TEXT_BYTES,
+  MAX_UPLOAD_BYTES,
+  parseCreateInput,
+  parseUpdateInput,
+  tooLarge,
+} from '../../pastes/paste-input.js';
+import type { PastePresenter } from '../../pastes/paste-presenter.js';
+import type { PasteService } from '../../pastes/paste-service.js';
+import { decodeTextFile, isAllowedExtension, isTextualMimeType, safeFilename } from '../../pastes/uploads.js';
+import { readMultipartForm } from '../request-bodies.js';
+import { callerKey, requireApiKey } from './authentication.js';
+
+export interface ApiDeps {
+  pastes: PasteService;
+  keys: KeyService;
+  presenter: PastePresenter;
+}
+
+/** JSON with every character escaped twice as long still fits; the content is checked after. */
+export const JSON_BODY_LIMIT = 2 * MAX_TEXT_BYTES + 64 * 1024;
+/** The file plus the other fields and the multipart framing. */
+const MULTIPART_BODY_LIMIT = MAX_UPLOAD_BYTES + 64 * 1024;
+
+const FILE_FIELDS = new Set(['file']);
+
+export function pasteIdParam(request: FastifyRequest): string {
+  const { id } = request.params as { id: string };
+  if (!isPlausiblePasteId(id)) throw notFound();
+  return id;
+}
+
+export function jsonObjectBody(request: FastifyRequest): Record<string, unknown> {
+  const body = request.body;
+  if (body === null || typeof body !== 'object' || Array.isArray(body) || Buffer.isBuffer(body)) {
+    throw new AppError('invalid_request', 'The body must be a JSON object.');
+  }
+  return body as Record<string, unknown>;
+}
+
+/** The content length the client announced, if any. */
+export function announcedLength(request: FastifyRequest): number | undefined {
+  const header = request.headers['content-length'];
+  return header === undefined ? undefined : Number(header);
+}
+
+function checkUploadType(filename: string, mimeType: string): void {
+  if (!isAllowedExtension(filename)) {
+    throw new AppError('file_type_not_allowed', 'This file extension is not accepted; only text and code files are.', {
+      details: [{ field: 'file', message: 'extension not allowed' }],
+    });
+  }
+  if (!isTextualMimeType(mimeType)) {
+    throw new AppError(
+      'file_type_not_allowed',
+      `The file type ${mimeType} is not accepted; only text and code files are.`,
+      {
+        details: [{ field: 'file', message: 'MIME type not allowed' }],
+      },
+    );
+  }
+}
+
+/** A create request from an upload: the form's fields plus the file's text as content (D17). */
+async function readUpload(request: FastifyRequest): Promise<{ input: CreateInput; filename: string }> {
+  const length = announcedLength(request);
+  if (length !== undefined && length > MULTIPART_BODY_LIMIT) throw tooLarge(MAX_UPLOAD_BYTES);
+  const form = await readMultipartForm(request, {
+    fileFields: FILE_FIELDS,
+    maxFileBytes: MAX_UPLOAD_BYTES,
+    checkFile: (name, mime) => checkUploadType(safeFilename(name), mime),
+  });
+  if (!form.file) throw invalidRequest([{ field: 'file', message: 'is required' }]);
+  if ('content' in form.fields)
+    throw invalidRequest([{ field: 'content', message: 'is not a field of an upload; send the file' }]);
+  const filename = safeFilename(form.file.filename);
+  const text = decodeTextFile(form.file.bytes);
+  if (text === null) {
+    throw new AppError('file_type_not_allowed', 'The file is not UTF-8 text.', {
+      details: [{ field: 'file', message: 'is not UTF-8 text without NUL bytes' }],
+    });
+  }
+  return { input: parseCreateInput({ ...form.fields, content: text }, 'form', { filename }), filename };
+}
+
+export async function registerPasteRoutes(app: FastifyInstance, deps: ApiDeps): Promise<void> {
+  const { pastes, presenter } = deps;
+  const onRequest = requireApiKey(deps.keys);
+
+  app.post('/api/v1/paste', { onRequest, bodyLimit: JSON_BODY_LIMIT }, async (request, reply) => {
+    const key = callerKey(request);
+    let input: CreateInput;
+    let filename: string | undefined;
+    if (request.isMultipart()) {
+      ({ input, filename } = await readUpload(request));
+    } else {
+      const length = announcedLength(request);
+      if (length !== undefined && length > JSON_BODY_LIMIT) throw tooLarge(MAX_TEXT_BYTES);
+      input = parseCreateInput(jsonObjectBody(request), 'json');
+    }
+    const created = await pastes.create(input, {
+      ownerKeyId: key.id,
+      source: 'api',
+      ip: request.ip,
+      ...(filename !== undefined ? { filename } : {}),
+    });
+    return reply.code(201).send({
+      error: false,
+      message: createdMessage(created.paste.id, input.slug, created.slugTaken),
+      data: presenter.created(created.paste, input),
+    });
+  });
+
+  app.route({
+    method: ['GET', 'HEAD'],
+    url: '/api/v1/paste/:id',
+    onRequest,
+    handler: async (request) => {
+      const read = await pastes.read(pasteIdParam(request), 'api', readOptions(request));
+      return { error: false, data: presenter.detail(read.paste, read.burned) };
+    },
+  });
+
+  app.route({
+    method: ['GET', 'HEAD'],
+    url: '/api/v1/paste/:id/raw',
+    onRequest,
+    handler: async (request, reply) => {
+      const read = await pastes.read(pasteIdParam(request), 'api', readOptions(request));
+      return sendText(reply, read.paste.content);
+    },
+  });
+
+  app.put('/api/v1/paste/:id', { onRequest, bodyLimit: JSON_BODY_LIMIT }, async (request) => {
+    const id = pasteIdParam(request);
+    const input = parseUpdateInput(jsonObjectBody(request));
+    const updated = await pastes.update(id, callerKey(request).id, input);
+    return { error: false, message: 'Paste updated.', data: presenter.updated(updated, input.key) };
+  });
+
+  app.delete('/api/v1/paste/:id', { onRequest }, async (request) => {
+    await pastes.remove(pasteIdParam(request), callerKey(request).id);
+    return { error: false, message: 'Paste deleted.' };
+  });
+
+  app.get('/api/v1/pastes', { onRequest }, async (request) => {
+    const { page, limit } = readPagination(request.query as Record<string, unknown>);
+    const { items, total } = await pastes.list(callerKey(request).id, page, limit);
+    return {
+      error: false,
+      data: items.map((item) => presenter.listItem(item)),
+      pagination: { page, limit, total, total_pages: Math.ceil(total / limit) },
+    };
+  });
+}
+
+export function createdMessage(id: string, slug: string | undefined, slugTaken: boolean): string {
+  return slugTaken
+    ? `Paste created. The slug "${slug}" was taken, so the paste is at "${id}" instead.`
+    : 'Paste created.';
+}
+
+/** What every read passes to the domain: HEAD consumes nothing (D11). */
+export function readOptions(request: FastifyRequest, password?: string) {
+  return { consume: request.method !== 'HEAD', clientAddress: request.ip, password };
+}
+
+/** Plain text as raw answers it (D16). */
+export function sendText(reply: FastifyReply, content: string): FastifyReply {
+  return reply
+    .type('text/plain; charset=utf-8')
+    .header('x-content-type-options', 'nosniff')
+    .header('cache-control', 'no-store')
+    .send(content);
+}
+
+/** D15: page from 1 (default 1), limit 1 to 100 (default 20), whole numbers only. */
+function readPagination(query: Record<string, unknown>): { page: number; limit: number } {
+  const problems = [];
+  for (const name of Object.keys(query)) {
+    if (name !== 'page' && name !== 'limit') problems.push({ field: name, message: 'is not a known parameter' });
+  }
+  const read = (name: string, fallback: number, max: number): number => {
+    const raw = query[name];
+    if (raw === undefined) return fallback;
+    if (typeof raw !== 'string' || !/^\d{1,9}$/.test(raw) || Number(raw) < 1 || Number(raw) > max) {
+      problems.push({ field: name, message: `must be a whole number from 1${max < 1e9 ? ` to ${max}` : ''}` });
+      return fallback;
+    }
+    return Number(raw);
+  };
+  const page = read('page', 1, 999_999_999);
+  const limit = read('limit', 20, 100);
+  if (problems.length > 0) throw invalidRequest(problems);
+  return { page, limit };
+}

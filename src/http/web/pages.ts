@@ -1,0 +1,167 @@
+/**
+ * The HTML of the public pages. Every value that comes from a paste or a request passes through
+ * escapeHtml; pages load only same-origin scripts and styles (the CSP forbids inline script).
+ */
+import { formatTimestamp } from '../../clock.js';
+import type { Paste } from '../../pastes/paste.js';
+import type { PasteSummary } from '../../storage/paste-repository.js';
+
+const ESCAPES: Record<string, string> = { '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' };
+
+export function escapeHtml(text: string): string {
+  return text.replace(/[&<>"']/g, (c) => ESCAPES[c] as string);
+}
+
+function layout(title: string, body: string): string {
+  return `<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<meta name="referrer" content="no-referrer">
+<title>${escapeHtml(title)} · fastpaste</title>
+<link rel="stylesheet" href="/static/style.css">
+</head>
+<body>
+<header><a class="brand" href="/">fastpaste</a> <a href="/archive">archive</a></header>
+<main>
+${body}
+</main>
+</body>
+</html>
+`;
+}
+
+export function errorPage(status: number, message: string): string {
+  return layout(`Error ${status}`, `<h1>${status}</h1><p class="error">${escapeHtml(message)}</p>`);
+}
+
+export function homePage(baseUrl: string): string {
+  return layout(
+    'Paste text and code',
+    `<h1>fastpaste</h1>
+<p>Paste from a terminal:</p>
+<pre>echo 'hello world' | curl --data-binary @- ${escapeHtml(baseUrl)}/api/v1/cli</pre>
+<p>More: <a href="/api/v1/cli">quick-create usage</a> · <a href="/archive">public archive</a></p>`,
+  );
+}
+
+export interface ViewLinks {
+  rawUrl: string;
+  downloadUrl: string | null;
+}
+
+function meta(paste: Paste): string {
+  const parts = [
+    paste.language ? escapeHtml(paste.language) : 'plain text',
+    `${paste.fileSize} bytes`,
+    `created ${formatTimestamp(paste.createdAt)} UTC`,
+    paste.expiresAt === null ? 'never expires' : `expires ${formatTimestamp(paste.expiresAt)} UTC`,
+    `${paste.viewCount} view${paste.viewCount === 1 ? '' : 's'}`,
+  ];
+  return `<p class="meta">${parts.join(' · ')}</p>`;
+}
+
+/**
+ * A paste's page. `highlighted` is HTML made by the highlighter (which escapes); without it the
+ * content is escaped here. An encrypted paste is shown as ciphertext for view.js to decrypt
+ * with the key from the address's fragment, which never reaches the server.
+ */
+export function pastePage(
+  paste: Paste,
+  links: ViewLinks,
+  options: { burned: boolean; highlighted: string | null },
+): string {
+  const title = paste.title ?? paste.id;
+  const linkParts =
+    paste.passwordHash === null && !options.burned ? [`<a href="${escapeHtml(links.rawUrl)}">raw</a>`] : [];
+  if (links.downloadUrl && paste.passwordHash === null && !options.burned) {
+    linkParts.push(`<a href="${escapeHtml(links.downloadUrl)}">download</a>`);
+  }
+  const notice = options.burned
+    ? '<p class="notice">This paste was view-once: it has now been deleted from the server. Copy it if you need it.</p>'
+    : '';
+  const description = paste.description ? `<p class="description">${escapeHtml(paste.description)}</p>` : '';
+  const languageClass = paste.language ? ` class="hljs language-${escapeHtml(paste.language)}"` : '';
+  const body = paste.encrypted
+    ? `<div id="e2e" data-language="${escapeHtml(paste.language ?? '')}">
+<p class="notice" id="e2e-status">This paste is encrypted end to end. Decrypting in your browser with the key from the link…</p>
+<form id="e2e-key-form" hidden><label>Key <input id="e2e-key" autocomplete="off"></label> <button>Decrypt</button></form>
+<pre id="ciphertext" hidden>${escapeHtml(paste.content)}</pre>
+<pre><code id="plaintext"></code></pre>
+</div>
+<script src="/static/view.js"></script>`
+    : `<pre><code${languageClass}>${options.highlighted ?? escapeHtml(paste.content)}</code></pre>`;
+  return layout(
+    title,
+    `<h1>${escapeHtml(title)}</h1>
+${description}${meta(paste)}
+<nav class="links">${linkParts.join(' · ')}</nav>
+${notice}
+${body}`,
+  );
+}
+
+/**
+ * The gate before content that must not be delivered by a mere GET (D11, D13): a view-once
+ * paste asks for confirmation, a protected one for its password, always by POST.
+ */
+export function gatePage(paste: Paste, options: { error?: string }): string {
+  const needsPassword = paste.passwordHash !== null;
+  const title = needsPassword ? 'Password required' : 'View once';
+  const error = options.error ? `<p class="error">${escapeHtml(options.error)}</p>` : '';
+  const burnNote = paste.burnAfterRead
+    ? '<p>This paste can be viewed once. Showing it deletes it from the server for everyone.</p>'
+    : '';
+  const passwordField = needsPassword
+    ? '<label>Password <input type="password" name="password" autocomplete="off" required autofocus></label>'
+    : '';
+  return layout(
+    title,
+    `<h1>${title}</h1>
+${burnNote}${error}
+<form method="post" action="/view/${escapeHtml(paste.id)}">
+<input type="hidden" name="confirm" value="1">
+${passwordField}
+<button type="submit">${paste.burnAfterRead ? 'Show and delete' : 'Show'}</button>
+</form>`,
+  );
+}
+
+export function archivePage(items: PasteSummary[], page: number, hasMore: boolean): string {
+  const rows = items
+    .map(
+      (p) =>
+        `<li><a href="/view/${escapeHtml(p.id)}">${escapeHtml(p.title ?? p.id)}</a> <span class="meta">${escapeHtml(p.language ?? 'text')} · ${formatTimestamp(p.createdAt)} UTC</span></li>`,
+    )
+    .join('\n');
+  const nav = [
+    page > 1 ? `<a href="/archive?page=${page - 1}">newer</a>` : '',
+    hasMore ? `<a href="/archive?page=${page + 1}">older</a>` : '',
+  ]
+    .filter(Boolean)
+    .join(' · ');
+  return layout(
+    'Public archive',
+    `<h1>Public archive</h1>
+${items.length === 0 ? '<p>No public pastes yet.</p>' : `<ol class="archive">\n${rows}\n</ol>`}
+<nav>${nav}</nav>`,
+  );
+}
+
+export function sitemapXml(baseUrl: string, items: PasteSummary[]): string {
+  const escapeXml = escapeHtml;
+  const urls = [
+    `<url><loc>${escapeXml(baseUrl)}/</loc></url>`,
+    `<url><loc>${escapeXml(baseUrl)}/archive</loc></url>`,
+    ...items.map(
+      (p) =>
+        `<url><loc>${escapeXml(`${baseUrl}/view/${p.id}`)}</loc><lastmod>${new Date(p.createdAt).toISOString().slice(0, 10)}</lastmod></url>`,
+    ),
+  ];
+  return `<?xml version="1.0" encoding="UTF-8"?>
+<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">
+${urls.join('\n')}
+</urlset>
+`;
+}

@@ -1,0 +1,142 @@
+/**
+ * The public addresses: /view (with the burn confirmation of D11 and the password form of D13),
+ * /raw and /download (D16, password in X-Paste-Password), /archive and /sitemap.xml (D22), and
+ * the static files of the pages.
+ */
+import { readFileSync } from 'node:fs';
+import { create as contentDisposition } from 'content-disposition';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { AppError, invalidRequest } from '../../errors.js';
+import type { PastePresenter } from '../../pastes/paste-presenter.js';
+import type { PasteService } from '../../pastes/paste-service.js';
+import { pasteIdParam, readOptions, sendText } from '../api/paste-routes.js';
+import { UrlEncodedBody } from '../request-bodies.js';
+import { highlight } from './highlight.js';
+import { archivePage, gatePage, homePage, pastePage, sitemapXml } from './pages.js';
+
+export interface WebDeps {
+  pastes: PasteService;
+  presenter: PastePresenter;
+}
+
+const ARCHIVE_PAGE_SIZE = 50;
+const SITEMAP_MAX = 50_000;
+
+const STATIC_FILES: Record<string, { type: string; body: Buffer }> = {
+  'view.js': {
+    type: 'text/javascript; charset=utf-8',
+    body: readFileSync(new URL('./static/view.js', import.meta.url)),
+  },
+  'style.css': {
+    type: 'text/css; charset=utf-8',
+    body: readFileSync(new URL('./static/style.css', import.meta.url)),
+  },
+};
+
+function sendPage(reply: FastifyReply, html: string, status = 200): FastifyReply {
+  return reply.code(status).type('text/html; charset=utf-8').header('cache-control', 'no-store').send(html);
+}
+
+function pastePassword(request: FastifyRequest): string | undefined {
+  const header = request.headers['x-paste-password'];
+  return Array.isArray(header) ? header[0] : header;
+}
+
+function formField(request: FastifyRequest, name: string): string | undefined {
+  if (!(request.body instanceof UrlEncodedBody)) return undefined;
+  const value = request.body.fields[name];
+  return typeof value === 'string' ? value : undefined;
+}
+
+export async function registerWebRoutes(app: FastifyInstance, deps: WebDeps): Promise<void> {
+  const { pastes, presenter } = deps;
+
+  const renderRead = (reply: FastifyReply, read: { paste: import('../../pastes/paste.js').Paste; burned: boolean }) =>
+    sendPage(
+      reply,
+      pastePage(
+        read.paste,
+        { rawUrl: presenter.rawUrl(read.paste.id), downloadUrl: presenter.downloadUrl(read.paste) },
+        {
+          burned: read.burned,
+          highlighted: read.paste.encrypted ? null : highlight(read.paste.content, read.paste.language),
+        },
+      ),
+    );
+
+  app.get('/', async (_request, reply) => sendPage(reply, homePage(presenter.baseUrl)));
+
+  app.route({
+    method: ['GET', 'HEAD'],
+    url: '/view/:id',
+    handler: async (request, reply) => {
+      const id = pasteIdParam(request);
+      const paste = await pastes.peek(id);
+      // View-once and protected pastes are shown only after a POST: a link preview or a
+      // crawler following the link consumes nothing.
+      if (paste.burnAfterRead || paste.passwordHash !== null) return sendPage(reply, gatePage(paste, {}));
+      return renderRead(reply, await pastes.read(id, 'view', readOptions(request)));
+    },
+  });
+
+  app.post('/view/:id', { bodyLimit: 64 * 1024 }, async (request, reply) => {
+    const id = pasteIdParam(request);
+    if (formField(request, 'confirm') === undefined) {
+      throw invalidRequest([{ field: 'confirm', message: 'is required' }]);
+    }
+    try {
+      return renderRead(reply, await pastes.read(id, 'view', readOptions(request, formField(request, 'password'))));
+    } catch (err) {
+      if (
+        err instanceof AppError &&
+        (err.code === 'wrong_password' || err.code === 'password_protected' || err.code === 'too_many_attempts')
+      ) {
+        for (const [name, value] of Object.entries(err.headers)) reply.header(name, value);
+        return sendPage(reply, gatePage(await pastes.peek(id), { error: err.message }), err.status);
+      }
+      throw err;
+    }
+  });
+
+  app.route({
+    method: ['GET', 'HEAD'],
+    url: '/raw/:id',
+    handler: async (request, reply) => {
+      const read = await pastes.read(pasteIdParam(request), 'raw', readOptions(request, pastePassword(request)));
+      return sendText(reply, read.paste.content);
+    },
+  });
+
+  app.route({
+    method: ['GET', 'HEAD'],
+    url: '/download/:id',
+    handler: async (request, reply) => {
+      const read = await pastes.read(pasteIdParam(request), 'download', readOptions(request, pastePassword(request)));
+      const { paste } = read;
+      const filename = paste.originalFilename || `${paste.id}.${paste.encrypted ? 'fpe1' : 'txt'}`;
+      reply.header('content-disposition', contentDisposition(filename, { type: 'attachment' }));
+      return sendText(reply, paste.content);
+    },
+  });
+
+  app.get('/archive', async (request, reply) => {
+    const raw = (request.query as Record<string, unknown>).page;
+    const page = raw === undefined ? 1 : Number(raw);
+    if (typeof raw !== 'undefined' && (typeof raw !== 'string' || !/^\d{1,6}$/.test(raw) || page < 1)) {
+      throw invalidRequest([{ field: 'page', message: 'must be a whole number from 1' }]);
+    }
+    const items = await pastes.listPublic((page - 1) * ARCHIVE_PAGE_SIZE, ARCHIVE_PAGE_SIZE + 1);
+    return sendPage(reply, archivePage(items.slice(0, ARCHIVE_PAGE_SIZE), page, items.length > ARCHIVE_PAGE_SIZE));
+  });
+
+  app.get('/sitemap.xml', async (_request, reply) => {
+    const items = await pastes.listPublic(0, SITEMAP_MAX);
+    return reply.type('application/xml; charset=utf-8').send(sitemapXml(presenter.baseUrl, items));
+  });
+
+  app.get('/static/:file', async (request, reply) => {
+    const file = STATIC_FILES[(request.params as { file: string }).file];
+    if (!file) throw new AppError('not_found', 'No such file.');
+    return reply.type(file.type).header('cache-control', 'public, max-age=3600').send(file.body);
+  });
+}

@@ -1,0 +1,127 @@
+/**
+ * API keys as the administrator manages them and as requests present them (D19): created with a
+ * name and limits, shown once, stored as a digest, deactivated and re-activated.
+ */
+import { randomBytes } from 'node:crypto';
+import type { Clock } from '../clock.js';
+import { AppError } from '../errors.js';
+import type { ApiKeyRow, KeyRepository } from '../storage/key-repository.js';
+import { apiKeyDigest, generateApiKey, isWellFormedApiKey } from './api-key-format.js';
+
+/** A key as the rest of the code sees it: never the secret, never the digest. */
+export interface ApiKey {
+  id: string;
+  name: string;
+  active: boolean;
+  limits: { hourly: number; daily: number; monthly: number };
+  webhookUrl: string | null;
+  createdAt: number;
+}
+
+export interface NewKeyOptions {
+  name: string;
+  hourly?: number;
+  daily?: number;
+  monthly?: number;
+  webhookUrl?: string | null;
+}
+
+function toApiKey(row: ApiKeyRow): ApiKey {
+  return {
+    id: row.id,
+    name: row.name,
+    active: row.active === 1,
+    limits: { hourly: row.hourly_limit, daily: row.daily_limit, monthly: row.monthly_limit },
+    webhookUrl: row.webhook_url,
+    createdAt: row.created_at,
+  };
+}
+
+function checkLimit(name: string, value: number | undefined): number {
+  if (value === undefined) return 0;
+  if (!Number.isSafeInteger(value) || value < 0) {
+    throw new AppError('invalid_request', `The ${name} limit must be a whole number, 0 for unlimited.`);
+  }
+  return value;
+}
+
+export class KeyService {
+  constructor(
+    private readonly keys: KeyRepository,
+    private readonly clock: Clock,
+  ) {}
+
+  /** Creates a key; the returned secret is shown once and never stored. */
+  async create(options: NewKeyOptions): Promise<{ key: string; apiKey: ApiKey; webhookSecret: string | null }> {
+    const name = options.name.trim();
+    if (name.length === 0 || name.length > 200) {
+      throw new AppError('invalid_request', 'A key needs a name of 1 to 200 characters.');
+    }
+    const key = generateApiKey();
+    const webhookUrl = options.webhookUrl ?? null;
+    if (webhookUrl !== null) checkWebhookUrlShape(webhookUrl);
+    const webhookSecret = webhookUrl ? `whsec_${randomBytes(24).toString('base64')}` : null;
+    const row: ApiKeyRow = {
+      id: `k_${randomBytes(6).toString('hex')}`,
+      name,
+      digest: apiKeyDigest(key),
+      active: 1,
+      hourly_limit: checkLimit('hourly', options.hourly),
+      daily_limit: checkLimit('daily', options.daily),
+      monthly_limit: checkLimit('monthly', options.monthly),
+      webhook_url: webhookUrl,
+      webhook_secret: webhookSecret,
+      created_at: this.clock(),
+    };
+    await this.keys.insert(row);
+    return { key, apiKey: toApiKey(row), webhookSecret };
+  }
+
+  async list(): Promise<ApiKey[]> {
+    return (await this.keys.list()).map(toApiKey);
+  }
+
+  /** Finds a key by its id (`k_...`) or by the secret itself. */
+  async find(idOrKey: string): Promise<ApiKey | null> {
+    const row = isWellFormedApiKey(idOrKey)
+      ? await this.keys.findByDigest(apiKeyDigest(idOrKey))
+      : await this.keys.findById(idOrKey);
+    return row ? toApiKey(row) : null;
+  }
+
+  async setActive(idOrKey: string, active: boolean): Promise<ApiKey> {
+    const found = await this.find(idOrKey);
+    if (!found) throw new AppError('not_found', `No API key "${idOrKey}".`);
+    await this.keys.update(found.id, { active: active ? 1 : 0 });
+    return { ...found, active };
+  }
+
+  /**
+   * The key a request presents: 401 when there is none, 403 when it is malformed, unknown or
+   * inactive (api-v1.md, Authentication). A malformed key costs no database look-up.
+   */
+  async authenticate(presented: string | undefined): Promise<ApiKey> {
+    if (presented === undefined || presented === '') {
+      throw new AppError('api_key_missing', 'This endpoint needs an API key in the X-API-Key header.');
+    }
+    if (!isWellFormedApiKey(presented)) {
+      throw new AppError('api_key_invalid', 'The API key is not valid.');
+    }
+    const row = await this.keys.findByDigest(apiKeyDigest(presented));
+    if (!row) throw new AppError('api_key_invalid', 'The API key is not valid.');
+    if (row.active !== 1) throw new AppError('api_key_invalid', 'The API key has been deactivated.');
+    return toApiKey(row);
+  }
+}
+
+function checkWebhookUrlShape(url: string): void {
+  let parsed: URL;
+  try {
+    parsed = new URL(url);
+  } catch {
+    throw new AppError('invalid_request', `The webhook URL "${url}" is not a URL.`);
+  }
+  if (parsed.protocol !== 'http:' && parsed.protocol !== 'https:') {
+    throw new AppError('invalid_request', 'A webhook URL must use http or https.');
+  }
+}

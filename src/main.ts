@@ -1,0 +1,49 @@
+/**
+ * Starting and stopping the server: read the config, open and migrate storage, build the app,
+ * listen, run the expiry sweep, and close cleanly on SIGTERM/SIGINT.
+ */
+import { buildApp, loggerOptions } from './app.js';
+import type { Config } from './config.js';
+import { createServices } from './services.js';
+import { openStorage } from './storage/database.js';
+import { migrateToLatest } from './storage/migrations.js';
+
+export async function serve(config: Config): Promise<void> {
+  const storage = openStorage(config.databaseUrl);
+  await migrateToLatest(storage.db);
+  const services = createServices(storage);
+  const app = await buildApp({ config, services, logger: loggerOptions(config.logLevel) });
+
+  // D12: expired pastes answer 404 at once; this removes their rows within minutes.
+  const sweep = async () => {
+    try {
+      const removed = await services.pastes.sweepExpired();
+      if (removed > 0) app.log.info({ removed }, 'expired pastes removed');
+    } catch (err) {
+      app.log.error({ err }, 'expiry sweep failed');
+    }
+  };
+  const sweeper = setInterval(sweep, config.sweepIntervalMs);
+  sweeper.unref();
+  void sweep();
+
+  let closing = false;
+  const shutdown = async (signal: string) => {
+    if (closing) return;
+    closing = true;
+    app.log.info({ signal }, 'shutting down');
+    clearInterval(sweeper);
+    try {
+      await app.close();
+      await storage.close();
+      process.exit(0);
+    } catch (err) {
+      app.log.error({ err }, 'shutdown failed');
+      process.exit(1);
+    }
+  };
+  process.on('SIGTERM', () => void shutdown('SIGTERM'));
+  process.on('SIGINT', () => void shutdown('SIGINT'));
+
+  await app.listen({ port: config.port, host: config.host });
+}

@@ -1,0 +1,231 @@
+/**
+ * The rules of pastes, once, for the API, the quick-create endpoint and the web pages: creation
+ * (ids, slugs, expiry, language, password hashing), reading (expiry, passwords, burn, download
+ * rules), ownership of updates and deletes, listing, and the expiry sweep.
+ */
+import { createHash } from 'node:crypto';
+import { RateLimiterMemory, RateLimiterRes } from 'rate-limiter-flexible';
+import type { Clock } from '../clock.js';
+import { AppError, notFound } from '../errors.js';
+import type { PasteChanges, PasteRepository, PasteSummary } from '../storage/paste-repository.js';
+import { expiresAt } from './expiry.js';
+import { detectLanguage } from './language.js';
+import { hashPassword, verifyPassword } from './passwords.js';
+import { isDownloadable, type Paste } from './paste.js';
+import { generatePasteId, suffixedSlug } from './paste-ids.js';
+import type { CreateInput, UpdateInput } from './paste-input.js';
+
+export interface CreateContext {
+  ownerKeyId: string | null;
+  source: Paste['source'];
+  ip: string | null;
+  /** Present for an uploaded file: its safe name. */
+  filename?: string;
+}
+
+export interface Created {
+  paste: Paste;
+  /** True when the requested slug was taken and a suffixed one was given instead (D9). */
+  slugTaken: boolean;
+}
+
+/** How a paste is being read, which decides the password and download rules. */
+export type ReadMode = 'api' | 'raw' | 'download' | 'view';
+
+export interface ReadOptions {
+  /** The password the reader gave (X-Paste-Password or the view form). */
+  password?: string | undefined;
+  /** False for HEAD and previews: every check runs, nothing is consumed or counted (D11). */
+  consume: boolean;
+  /** Who is guessing, for the throttle on wrong passwords (D13). */
+  clientAddress: string;
+}
+
+export interface Read {
+  paste: Paste;
+  /** True for the one retrieval that consumed a view-once paste (D11). */
+  burned: boolean;
+}
+
+const ID_ATTEMPTS = 8;
+
+const sha256Hex = (text: string): string => createHash('sha256').update(text, 'utf8').digest('hex');
+
+export class PasteService {
+  /** Wrong password guesses: 10 per paste and client address per 15 minutes. */
+  private readonly guesses = new RateLimiterMemory({ points: 10, duration: 15 * 60 });
+
+  constructor(
+    private readonly pastes: PasteRepository,
+    private readonly clock: Clock,
+  ) {}
+
+  async create(input: CreateInput, context: CreateContext): Promise<Created> {
+    const now = this.clock();
+    const filename = context.filename ?? null;
+    const language =
+      input.language !== undefined
+        ? input.language
+        : input.encrypt
+          ? (filename && detectLanguage('', filename)) || null
+          : detectLanguage(input.content, filename);
+    const paste: Paste = {
+      id: '',
+      ownerKeyId: context.ownerKeyId,
+      title: input.title ?? filename,
+      description: input.description,
+      content: input.content,
+      contentType: filename === null ? 'text' : 'file',
+      originalFilename: filename,
+      language,
+      fileSize: Buffer.byteLength(input.content, 'utf8'),
+      sha256: sha256Hex(input.content),
+      createdAt: now,
+      expiresAt: expiresAt(input.expiry, now),
+      viewCount: 0,
+      burnAfterRead: input.burn,
+      encrypted: input.encrypt,
+      downloadable: input.encrypt ? input.downloadable : true,
+      public: input.public,
+      passwordHash: input.password ? await hashPassword(input.password) : null,
+      source: context.source,
+      creatorIp: context.ip,
+    };
+
+    if (input.slug !== undefined) {
+      await this.pastes.deleteIfExpired(input.slug, now);
+      if (await this.pastes.insertIfFree({ ...paste, id: input.slug })) {
+        return { paste: { ...paste, id: input.slug }, slugTaken: false };
+      }
+    }
+    for (let attempt = 0; attempt < ID_ATTEMPTS; attempt++) {
+      const id = input.slug !== undefined ? suffixedSlug(input.slug) : generatePasteId();
+      if (await this.pastes.insertIfFree({ ...paste, id })) {
+        return { paste: { ...paste, id }, slugTaken: input.slug !== undefined };
+      }
+    }
+    throw new Error(`no free paste id after ${ID_ATTEMPTS} attempts`);
+  }
+
+  /** The live paste with no checks and no side effects, for deciding which page to show. */
+  async peek(id: string): Promise<Paste> {
+    const paste = await this.pastes.findLive(id, this.clock());
+    if (!paste) throw notFound();
+    return paste;
+  }
+
+  /**
+   * Delivers a paste's content: 404 when gone, the download and password rules, then the burn
+   * (one atomic delete) or a view counted. A refused read consumes nothing.
+   */
+  async read(id: string, mode: ReadMode, options: ReadOptions): Promise<Read> {
+    const paste = await this.peek(id);
+    if (mode === 'download' && !isDownloadable(paste)) {
+      throw new AppError('not_downloadable', 'This encrypted paste was not made downloadable.');
+    }
+    if (paste.passwordHash !== null) await this.checkPassword(paste, mode, options);
+    if (!options.consume) return { paste, burned: false };
+    if (paste.burnAfterRead) {
+      const consumed = await this.pastes.consumeBurn(id, this.clock());
+      if (!consumed) throw notFound();
+      return { paste: { ...consumed, viewCount: consumed.viewCount + 1 }, burned: true };
+    }
+    await this.pastes.incrementViews(id);
+    return { paste: { ...paste, viewCount: paste.viewCount + 1 }, burned: false };
+  }
+
+  private async checkPassword(paste: Paste, mode: ReadMode, options: ReadOptions): Promise<void> {
+    if (mode === 'api') {
+      throw new AppError(
+        'password_protected',
+        'This paste is protected by a password and cannot be read through the API.',
+      );
+    }
+    if (options.password === undefined || options.password === '') {
+      throw new AppError(
+        'password_protected',
+        mode === 'view'
+          ? 'This paste is protected by a password.'
+          : 'This paste is protected by a password: send it in the X-Paste-Password header.',
+      );
+    }
+    const guessKey = `${options.clientAddress}|${paste.id}`;
+    const state = await this.guesses.get(guessKey);
+    if (state !== null && state.remainingPoints <= 0) throw tooManyGuesses(state);
+    if (await verifyPassword(paste.passwordHash as string, options.password)) return;
+    try {
+      await this.guesses.consume(guessKey);
+    } catch (rejection) {
+      if (rejection instanceof RateLimiterRes) throw tooManyGuesses(rejection);
+      throw rejection;
+    }
+    throw new AppError('wrong_password', 'The password is wrong.');
+  }
+
+  /** PUT: only the owner's live paste; a new expiry restarts from now (D12). */
+  async update(id: string, ownerKeyId: string, input: UpdateInput): Promise<Paste> {
+    const current = await this.peek(id);
+    if (current.ownerKeyId !== ownerKeyId) {
+      throw new AppError('forbidden', 'This paste was not created with your API key.');
+    }
+    const now = this.clock();
+    const changes: PasteChanges = {};
+    if (input.content !== undefined) {
+      changes.content = input.content;
+      changes.fileSize = Buffer.byteLength(input.content, 'utf8');
+      changes.sha256 = sha256Hex(input.content);
+      changes.encrypted = input.encrypt ?? false;
+      if (!changes.encrypted) changes.downloadable = true;
+    }
+    if (input.title !== undefined) changes.title = input.title;
+    if (input.description !== undefined) changes.description = input.description;
+    if (input.language !== undefined) changes.language = input.language;
+    if (input.expiry !== undefined) changes.expiresAt = expiresAt(input.expiry, now);
+    if (input.burn !== undefined) changes.burnAfterRead = input.burn;
+    if (input.downloadable !== undefined && (changes.encrypted ?? current.encrypted)) {
+      changes.downloadable = input.downloadable;
+    }
+    if (input.password !== undefined) {
+      changes.passwordHash = input.password === null ? null : await hashPassword(input.password);
+    }
+    const updated = await this.pastes.updateOwned(id, ownerKeyId, now, changes);
+    if (!updated) throw notFound();
+    return updated;
+  }
+
+  /** DELETE: only the owner's live paste. */
+  async remove(id: string, ownerKeyId: string): Promise<void> {
+    const current = await this.peek(id);
+    if (current.ownerKeyId !== ownerKeyId) {
+      throw new AppError('forbidden', 'This paste was not created with your API key.');
+    }
+    if (!(await this.pastes.deleteOwned(id, ownerKeyId, this.clock()))) throw notFound();
+  }
+
+  /** The caller's live pastes, newest first (D15). */
+  async list(ownerKeyId: string, page: number, limit: number): Promise<{ items: PasteSummary[]; total: number }> {
+    return this.pastes.listOwned(ownerKeyId, this.clock(), limit, (page - 1) * limit);
+  }
+
+  /** The public archive (D22), newest first. */
+  async listPublic(offset: number, limit: number): Promise<PasteSummary[]> {
+    return this.pastes.listPublic(this.clock(), limit, offset);
+  }
+
+  /** Removes every expired paste, in batches so that no statement holds the database long. */
+  async sweepExpired(batch = 1000): Promise<number> {
+    let removed = 0;
+    for (;;) {
+      const count = await this.pastes.deleteExpired(this.clock(), batch);
+      removed += count;
+      if (count < batch) return removed;
+    }
+  }
+}
+
+function tooManyGuesses(state: RateLimiterRes): AppError {
+  const seconds = Math.max(1, Math.ceil(state.msBeforeNext / 1000));
+  return new AppError('too_many_attempts', 'Too many wrong passwords for this paste; try again later.', {
+    headers: { 'Retry-After': String(seconds) },
+  });
+}

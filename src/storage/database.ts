@@ -1,0 +1,71 @@
+/**
+ * Opens the database named by DATABASE_URL: SQLite through better-sqlite3 (WAL mode, the data
+ * directory created on first start) or PostgreSQL through pg. Everything else in the code speaks
+ * Kysely and does not know which one it has; the few dialect differences live here.
+ */
+import { mkdirSync } from 'node:fs';
+import { dirname, resolve } from 'node:path';
+import BetterSqlite3 from 'better-sqlite3';
+import { Kysely, PostgresDialect, SqliteDialect } from 'kysely';
+import pg from 'pg';
+import type { Database } from './schema.js';
+
+export type Dialect = 'sqlite' | 'postgres';
+
+export interface Storage {
+  db: Kysely<Database>;
+  dialect: Dialect;
+  /** The SQLite handle, for the online backup and integrity checks; null on PostgreSQL. */
+  sqlite: BetterSqlite3.Database | null;
+  close(): Promise<void>;
+}
+
+/** `sqlite:./data/fastpaste.db`, `sqlite::memory:` or `postgres://...`. */
+export function openStorage(databaseUrl: string): Storage {
+  if (databaseUrl.startsWith('sqlite:')) return openSqlite(databaseUrl.slice('sqlite:'.length));
+  return openPostgres(databaseUrl);
+}
+
+function openSqlite(path: string): Storage {
+  const memory = path === ':memory:' || path === '';
+  if (!memory) mkdirSync(dirname(resolve(path)), { recursive: true });
+  const sqlite = new BetterSqlite3(memory ? ':memory:' : path);
+  if (!memory) sqlite.pragma('journal_mode = WAL');
+  // NORMAL in WAL mode: a committed transaction survives a crash of the process (not of the OS).
+  sqlite.pragma('synchronous = NORMAL');
+  sqlite.pragma('busy_timeout = 5000');
+  sqlite.pragma('foreign_keys = ON');
+  const db = new Kysely<Database>({ dialect: new SqliteDialect({ database: sqlite }) });
+  return {
+    db,
+    dialect: 'sqlite',
+    sqlite,
+    async close() {
+      await db.destroy();
+    },
+  };
+}
+
+// bigint columns (times) come back as numbers: every value we store fits in 2^53.
+pg.types.setTypeParser(pg.types.builtins.INT8, (value: string) => Number(value));
+
+function openPostgres(url: string): Storage {
+  const pool = new pg.Pool({
+    connectionString: url,
+    max: 10,
+    connectionTimeoutMillis: 3000,
+    idleTimeoutMillis: 30_000,
+    statement_timeout: 10_000,
+  });
+  // A lost connection must not crash the process; the next query reports it.
+  pool.on('error', () => {});
+  const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool }) });
+  return {
+    db,
+    dialect: 'postgres',
+    sqlite: null,
+    async close() {
+      await db.destroy();
+    },
+  };
+}

@@ -1,0 +1,75 @@
+/**
+ * Numbered, forward-only migrations, compiled in and applied at start and by `fastpaste migrate`
+ * (house style 7). They use only column types both SQLite and PostgreSQL understand.
+ */
+import { type Kysely, type Migration, type MigrationProvider, Migrator, sql } from 'kysely';
+
+const migrations: Record<string, Migration> = {
+  '0001_pastes_and_keys': {
+    async up(db: Kysely<unknown>) {
+      await db.schema
+        .createTable('api_keys')
+        .addColumn('id', 'varchar(32)', (c) => c.primaryKey())
+        .addColumn('name', 'varchar(200)', (c) => c.notNull())
+        .addColumn('digest', 'varchar(64)', (c) => c.notNull().unique())
+        .addColumn('active', 'integer', (c) => c.notNull().defaultTo(1))
+        .addColumn('hourly_limit', 'integer', (c) => c.notNull().defaultTo(0))
+        .addColumn('daily_limit', 'integer', (c) => c.notNull().defaultTo(0))
+        .addColumn('monthly_limit', 'integer', (c) => c.notNull().defaultTo(0))
+        .addColumn('webhook_url', 'text')
+        .addColumn('webhook_secret', 'text')
+        .addColumn('created_at', 'bigint', (c) => c.notNull())
+        .execute();
+
+      await db.schema
+        .createTable('pastes')
+        .addColumn('id', 'varchar(80)', (c) => c.primaryKey())
+        .addColumn('owner_key_id', 'varchar(32)', (c) => c.references('api_keys.id'))
+        .addColumn('title', 'text')
+        .addColumn('description', 'text')
+        .addColumn('content', 'text', (c) => c.notNull())
+        .addColumn('content_type', 'varchar(8)', (c) => c.notNull())
+        .addColumn('original_filename', 'text')
+        .addColumn('language', 'varchar(40)')
+        .addColumn('file_size', 'integer', (c) => c.notNull())
+        .addColumn('sha256', 'varchar(64)', (c) => c.notNull())
+        .addColumn('created_at', 'bigint', (c) => c.notNull())
+        .addColumn('expires_at', 'bigint')
+        .addColumn('view_count', 'integer', (c) => c.notNull().defaultTo(0))
+        .addColumn('burn_after_read', 'integer', (c) => c.notNull().defaultTo(0))
+        .addColumn('encrypted', 'integer', (c) => c.notNull().defaultTo(0))
+        .addColumn('downloadable', 'integer', (c) => c.notNull().defaultTo(1))
+        .addColumn('is_public', 'integer', (c) => c.notNull().defaultTo(0))
+        .addColumn('password_hash', 'text')
+        .addColumn('source', 'varchar(8)', (c) => c.notNull())
+        .addColumn('creator_ip', 'varchar(64)')
+        .execute();
+
+      // The list endpoint: one key's pastes, newest first.
+      await db.schema
+        .createIndex('pastes_owner_created')
+        .on('pastes')
+        .columns(['owner_key_id', 'created_at', 'id'])
+        .execute();
+      // The sweep: expired rows in order.
+      await db.schema.createIndex('pastes_expires').on('pastes').column('expires_at').execute();
+      // The public archive and sitemap: only the rows that may be listed.
+      await sql`CREATE INDEX pastes_public_created ON pastes (created_at) WHERE is_public = 1`.execute(db);
+    },
+  },
+};
+
+class CompiledMigrations implements MigrationProvider {
+  async getMigrations(): Promise<Record<string, Migration>> {
+    return migrations;
+  }
+}
+
+/** Applies every migration not yet applied; throws if one fails. */
+// biome-ignore lint/suspicious/noExplicitAny: migrations run on any schema, before the typed one exists
+export async function migrateToLatest(db: Kysely<any>): Promise<string[]> {
+  const migrator = new Migrator({ db, provider: new CompiledMigrations() });
+  const { error, results } = await migrator.migrateToLatest();
+  if (error) throw error;
+  return (results ?? []).filter((r) => r.status === 'Success').map((r) => r.migrationName);
+}

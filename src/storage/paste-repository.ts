@@ -1,0 +1,255 @@
+/**
+ * SQL for pastes, the same on SQLite and PostgreSQL. Every statement that must be atomic is one
+ * statement (a burn is one DELETE ... RETURNING). The rules (who may, when) live in the domain.
+ */
+import type { Kysely, Selectable } from 'kysely';
+import type { Paste } from '../pastes/paste.js';
+import type { Database, PasteTable } from './schema.js';
+
+type PasteRow = Selectable<PasteTable>;
+
+const flag = (value: boolean): number => (value ? 1 : 0);
+
+function toPaste(row: PasteRow): Paste {
+  return {
+    id: row.id,
+    ownerKeyId: row.owner_key_id,
+    title: row.title,
+    description: row.description,
+    content: row.content,
+    contentType: row.content_type,
+    originalFilename: row.original_filename,
+    language: row.language,
+    fileSize: row.file_size,
+    sha256: row.sha256,
+    createdAt: row.created_at,
+    expiresAt: row.expires_at,
+    viewCount: row.view_count,
+    burnAfterRead: row.burn_after_read === 1,
+    encrypted: row.encrypted === 1,
+    downloadable: row.downloadable === 1,
+    public: row.is_public === 1,
+    passwordHash: row.password_hash,
+    source: row.source,
+    creatorIp: row.creator_ip,
+  };
+}
+
+function toRow(paste: Paste): PasteRow {
+  return {
+    id: paste.id,
+    owner_key_id: paste.ownerKeyId,
+    title: paste.title,
+    description: paste.description,
+    content: paste.content,
+    content_type: paste.contentType,
+    original_filename: paste.originalFilename,
+    language: paste.language,
+    file_size: paste.fileSize,
+    sha256: paste.sha256,
+    created_at: paste.createdAt,
+    expires_at: paste.expiresAt,
+    view_count: paste.viewCount,
+    burn_after_read: flag(paste.burnAfterRead),
+    encrypted: flag(paste.encrypted),
+    downloadable: flag(paste.downloadable),
+    is_public: flag(paste.public),
+    password_hash: paste.passwordHash,
+    source: paste.source,
+    creator_ip: paste.creatorIp,
+  };
+}
+
+/** The columns a paste update may change. */
+export type PasteChanges = Partial<
+  Pick<
+    Paste,
+    | 'title'
+    | 'description'
+    | 'content'
+    | 'language'
+    | 'fileSize'
+    | 'sha256'
+    | 'expiresAt'
+    | 'burnAfterRead'
+    | 'encrypted'
+    | 'downloadable'
+    | 'passwordHash'
+  >
+>;
+
+/** The columns a list shows: everything but the content, which may be megabytes. */
+export type PasteSummary = Omit<Paste, 'content' | 'passwordHash'>;
+
+const SUMMARY_COLUMNS = [
+  'id',
+  'owner_key_id',
+  'title',
+  'description',
+  'content_type',
+  'original_filename',
+  'language',
+  'file_size',
+  'sha256',
+  'created_at',
+  'expires_at',
+  'view_count',
+  'burn_after_read',
+  'encrypted',
+  'downloadable',
+  'is_public',
+  'source',
+  'creator_ip',
+] as const;
+
+function toSummary(row: Omit<PasteRow, 'content' | 'password_hash'>): PasteSummary {
+  const { content: _c, passwordHash: _p, ...summary } = toPaste({ ...row, content: '', password_hash: null });
+  return summary;
+}
+
+export class PasteRepository {
+  constructor(private readonly db: Kysely<Database>) {}
+
+  /** Inserts the paste unless its id is taken; returns whether it was inserted. */
+  async insertIfFree(paste: Paste): Promise<boolean> {
+    const result = await this.db
+      .insertInto('pastes')
+      .values(toRow(paste))
+      .onConflict((oc) => oc.column('id').doNothing())
+      .executeTakeFirst();
+    return Number(result.numInsertedOrUpdatedRows ?? 0n) === 1;
+  }
+
+  /** Frees an id held only by an expired paste that the sweep has not removed yet. */
+  async deleteIfExpired(id: string, now: number): Promise<void> {
+    await this.db.deleteFrom('pastes').where('id', '=', id).where('expires_at', '<=', now).execute();
+  }
+
+  /** The paste if it exists and has not expired at `now`. */
+  async findLive(id: string, now: number): Promise<Paste | undefined> {
+    const row = await this.db
+      .selectFrom('pastes')
+      .selectAll()
+      .where('id', '=', id)
+      .where((eb) => eb.or([eb('expires_at', 'is', null), eb('expires_at', '>', now)]))
+      .executeTakeFirst();
+    return row ? toPaste(row) : undefined;
+  }
+
+  /**
+   * Burn (D11): deletes a live view-once paste and returns it, in one statement, so of any number
+   * of concurrent readers exactly one gets a row.
+   */
+  async consumeBurn(id: string, now: number): Promise<Paste | undefined> {
+    const row = await this.db
+      .deleteFrom('pastes')
+      .where('id', '=', id)
+      .where('burn_after_read', '=', 1)
+      .where((eb) => eb.or([eb('expires_at', 'is', null), eb('expires_at', '>', now)]))
+      .returningAll()
+      .executeTakeFirst();
+    return row ? toPaste(row) : undefined;
+  }
+
+  async incrementViews(id: string): Promise<void> {
+    await this.db
+      .updateTable('pastes')
+      .set((eb) => ({ view_count: eb('view_count', '+', 1) }))
+      .where('id', '=', id)
+      .execute();
+  }
+
+  /** Applies the changes to a live paste of that owner; returns it as it now is. */
+  async updateOwned(id: string, ownerKeyId: string, now: number, changes: PasteChanges): Promise<Paste | undefined> {
+    const set = changesToColumns(changes);
+    const row = await this.db
+      .updateTable('pastes')
+      .set(set)
+      .where('id', '=', id)
+      .where('owner_key_id', '=', ownerKeyId)
+      .where((eb) => eb.or([eb('expires_at', 'is', null), eb('expires_at', '>', now)]))
+      .returningAll()
+      .executeTakeFirst();
+    return row ? toPaste(row) : undefined;
+  }
+
+  /** Deletes a live paste of that owner; returns whether one was deleted. */
+  async deleteOwned(id: string, ownerKeyId: string, now: number): Promise<boolean> {
+    const result = await this.db
+      .deleteFrom('pastes')
+      .where('id', '=', id)
+      .where('owner_key_id', '=', ownerKeyId)
+      .where((eb) => eb.or([eb('expires_at', 'is', null), eb('expires_at', '>', now)]))
+      .executeTakeFirst();
+    return Number(result.numDeletedRows) > 0;
+  }
+
+  /** One page of an owner's live pastes, newest first, and how many there are in all. */
+  async listOwned(
+    ownerKeyId: string,
+    now: number,
+    limit: number,
+    offset: number,
+  ): Promise<{ items: PasteSummary[]; total: number }> {
+    const live = this.db
+      .selectFrom('pastes')
+      .where('owner_key_id', '=', ownerKeyId)
+      .where((eb) => eb.or([eb('expires_at', 'is', null), eb('expires_at', '>', now)]));
+    const [rows, count] = await Promise.all([
+      live
+        .select(SUMMARY_COLUMNS)
+        .orderBy('created_at', 'desc')
+        .orderBy('id', 'desc')
+        .limit(limit)
+        .offset(offset)
+        .execute(),
+      live.select((eb) => eb.fn.countAll<number>().as('total')).executeTakeFirstOrThrow(),
+    ]);
+    return { items: rows.map(toSummary), total: Number(count.total) };
+  }
+
+  /** One page of the public archive (D22), newest first. */
+  async listPublic(now: number, limit: number, offset: number): Promise<PasteSummary[]> {
+    const rows = await this.db
+      .selectFrom('pastes')
+      .select(SUMMARY_COLUMNS)
+      .where('is_public', '=', 1)
+      .where('password_hash', 'is', null)
+      .where('burn_after_read', '=', 0)
+      .where('encrypted', '=', 0)
+      .where((eb) => eb.or([eb('expires_at', 'is', null), eb('expires_at', '>', now)]))
+      .orderBy('created_at', 'desc')
+      .orderBy('id', 'desc')
+      .limit(limit)
+      .offset(offset)
+      .execute();
+    return rows.map(toSummary);
+  }
+
+  /** Removes up to `batch` expired pastes; returns how many went. */
+  async deleteExpired(now: number, batch: number): Promise<number> {
+    const result = await this.db
+      .deleteFrom('pastes')
+      .where('id', 'in', (eb) =>
+        eb.selectFrom('pastes').select('id').where('expires_at', '<=', now).orderBy('expires_at').limit(batch),
+      )
+      .executeTakeFirst();
+    return Number(result.numDeletedRows);
+  }
+}
+
+function changesToColumns(c: PasteChanges): Partial<PasteRow> {
+  const set: Partial<PasteRow> = {};
+  if (c.title !== undefined) set.title = c.title;
+  if (c.description !== undefined) set.description = c.description;
+  if (c.content !== undefined) set.content = c.content;
+  if (c.language !== undefined) set.language = c.language;
+  if (c.fileSize !== undefined) set.file_size = c.fileSize;
+  if (c.sha256 !== undefined) set.sha256 = c.sha256;
+  if (c.expiresAt !== undefined) set.expires_at = c.expiresAt;
+  if (c.burnAfterRead !== undefined) set.burn_after_read = flag(c.burnAfterRead);
+  if (c.encrypted !== undefined) set.encrypted = flag(c.encrypted);
+  if (c.downloadable !== undefined) set.downloadable = flag(c.downloadable);
+  if (c.passwordHash !== undefined) set.password_hash = c.passwordHash;
+  return set;
+}

@@ -1,0 +1,46 @@
+/**
+ * The tables as Kysely sees them. Times are integer milliseconds since the epoch (UTC) and flags
+ * are 0/1 integers, so that the same rows and queries work on SQLite and PostgreSQL.
+ */
+import type { Generated } from 'kysely';
+
+export interface PasteTable {
+  id: string;
+  owner_key_id: string | null;
+  title: string | null;
+  description: string | null;
+  content: string;
+  content_type: 'text' | 'file';
+  original_filename: string | null;
+  language: string | null;
+  file_size: number;
+  sha256: string;
+  created_at: number;
+  expires_at: number | null;
+  view_count: Generated<number>;
+  burn_after_read: number;
+  encrypted: number;
+  downloadable: number;
+  is_public: number;
+  password_hash: string | null;
+  source: 'api' | 'cli' | 'web';
+  creator_ip: string | null;
+}
+
+export interface ApiKeyTable {
+  id: string;
+  name: string;
+  digest: string;
+  active: number;
+  hourly_limit: number;
+  daily_limit: number;
+  monthly_limit: number;
+  webhook_url: string | null;
+  webhook_secret: string | null;
+  created_at: number;
+}
+
+export interface Database {
+  pastes: PasteTable;
+  api_keys: ApiKeyTable;
+}
