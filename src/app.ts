@@ -62,6 +62,9 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     keepAliveTimeout: 10_000,
     return503OnClosing: true,
     routerOptions: { maxParamLength: 200, ignoreTrailingSlash: false },
+    // A path the router cannot even decode (bad percent-encoding, a parameter past the length
+    // limit) names no paste: 404 in the envelope like any other unknown address.
+    frameworkErrors: (error, request, reply) => sendError(request, reply, error),
   });
 
   // The routes known for each method, to tell a wrong method (405 with Allow) from a wrong path.

@@ -3,6 +3,7 @@
  * clock the test moves by hand, and API keys made through the real key service.
  */
 import { mkdtempSync, rmSync } from 'node:fs';
+import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { FastifyInstance } from 'fastify';
@@ -41,6 +42,19 @@ export interface TestServerOptions {
   clock?: ManualClock;
 }
 
+/** A TCP port free on 127.0.0.1 right now. */
+export function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const probe = createServer();
+    probe.once('error', reject);
+    probe.listen(0, '127.0.0.1', () => {
+      const address = probe.address();
+      const port = typeof address === 'object' && address ? address.port : 0;
+      probe.close(() => resolve(port));
+    });
+  });
+}
+
 export async function startServer(options: TestServerOptions = {}): Promise<TestServer> {
   const dir = mkdtempSync(join(tmpdir(), 'fastpaste-test-'));
   const databasePath = join(dir, 'fastpaste.db');
@@ -48,14 +62,16 @@ export async function startServer(options: TestServerOptions = {}): Promise<Test
   const storage = openStorage(`sqlite:${databasePath}`);
   await migrateToLatest(storage.db);
   const services = createServices(storage, clock.read);
-  // The address is known only after listening; BASE_URL is fixed up right after.
-  const config: Config = loadConfig({ DATABASE_URL: `sqlite:${databasePath}`, ...options.env });
+  const port = await freePort();
+  const url = `http://127.0.0.1:${port}`;
+  const config: Config = loadConfig({
+    DATABASE_URL: `sqlite:${databasePath}`,
+    PORT: String(port),
+    BASE_URL: url,
+    ...options.env,
+  });
   const app = await buildApp({ config, services });
-  await app.listen({ port: 0, host: '127.0.0.1' });
-  const address = app.server.address();
-  if (address === null || typeof address === 'string') throw new Error('no address');
-  const url = `http://127.0.0.1:${address.port}`;
-  config.baseUrl = options.env?.BASE_URL ?? url;
+  await app.listen({ port, host: '127.0.0.1' });
   return {
     app,
     services,

@@ -29,6 +29,9 @@ const FRAMEWORK_CODES: Record<string, [ErrorCode, string]> = {
   FST_INVALID_MULTIPART_CONTENT_TYPE: ['invalid_request', 'The body is not multipart/form-data.'],
   FST_MP_PREMATURE_CLOSE: ['invalid_request', 'The request ended before the form was complete.'],
   FST_REQ_FILE_TOO_LARGE: ['file_too_large', 'The file is larger than 10 MB.'],
+  // A path the router cannot decode, or a parameter past its length limit, names no paste.
+  FST_ERR_BAD_URL: ['not_found', 'There is nothing at this address.'],
+  FST_ERR_MAX_PARAM_LENGTH: ['not_found', 'There is nothing at this address.'],
   ERR_HTTP_REQUEST_TIMEOUT: ['invalid_request', 'The request took too long to arrive.'],
 };
 

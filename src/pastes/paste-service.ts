@@ -188,6 +188,9 @@ export class PasteService {
     if (input.password !== undefined) {
       changes.passwordHash = input.password === null ? null : await hashPassword(input.password);
     }
+    // A PUT that changes nothing stored (a `key` alone, `downloadable` on a plain paste) answers
+    // with the paste as it is.
+    if (Object.keys(changes).length === 0) return current;
     const updated = await this.pastes.updateOwned(id, ownerKeyId, now, changes);
     if (!updated) throw notFound();
     return updated;
