@@ -90,9 +90,14 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
 
   await registerBodyParsers(app);
   const presenter = new PastePresenter(config.baseUrl);
-  const apiDeps = { pastes: services.pastes, keys: services.keys, presenter };
+  const apiDeps = { pastes: services.pastes, keys: services.keys, quota: services.quota, presenter };
   await registerPasteRoutes(app, apiDeps);
-  await registerCliRoutes(app, { ...apiDeps, anonymousAllowed: config.anonymousCli });
+  await registerCliRoutes(app, {
+    ...apiDeps,
+    anonymousAllowed: config.anonymousCli,
+    anonHourlyLimit: config.anonHourlyLimit,
+    contentChecker: services.contentChecker,
+  });
   await registerWebRoutes(app, { pastes: services.pastes, presenter });
 
   app.get('/healthz', async () => ({ error: false, data: { status: 'ok' } }));

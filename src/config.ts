@@ -4,6 +4,8 @@
  * the variable.
  */
 
+import { existsSync } from 'node:fs';
+
 export interface Config {
   port: number;
   host: string;
@@ -15,6 +17,8 @@ export interface Config {
   anonymousCli: boolean;
   anonHourlyLimit: number;
   webhookAllowPrivate: boolean;
+  /** A file of regular expressions, one a line, that anonymous content must not match. */
+  contentBlocklistFile: string | null;
   /** How often the background sweep removes expired pastes. */
   sweepIntervalMs: number;
   logLevel: string;
@@ -69,6 +73,13 @@ function readUrl(env: Env, name: string, fallback: string | null, protocols: str
   return raw;
 }
 
+function readFile(env: Env, name: string): string | null {
+  const raw = env[name]?.trim();
+  if (!raw) return null;
+  if (!existsSync(raw)) throw new ConfigError(`${name} names a file that does not exist: "${raw}"`);
+  return raw;
+}
+
 const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];
 
 /** Reads and checks every setting; throws ConfigError with one readable line on a bad value. */
@@ -98,6 +109,7 @@ export function loadConfig(env: Env = process.env): Config {
     anonymousCli: readBoolean(env, 'ANONYMOUS_CLI', true),
     anonHourlyLimit: readInteger(env, 'ANON_HOURLY_LIMIT', 30, 0, 1_000_000_000),
     webhookAllowPrivate: readBoolean(env, 'WEBHOOK_ALLOW_PRIVATE', false),
+    contentBlocklistFile: readFile(env, 'CONTENT_BLOCKLIST_FILE'),
     sweepIntervalMs: readInteger(env, 'SWEEP_INTERVAL_SECONDS', 60, 1, 86_400) * 1000,
     logLevel,
   };

@@ -11,7 +11,10 @@ import { migrateToLatest } from './storage/migrations.js';
 export async function serve(config: Config): Promise<void> {
   const storage = openStorage(config.databaseUrl);
   await migrateToLatest(storage.db);
-  const services = createServices(storage);
+  const services = await createServices(storage, {
+    redisUrl: config.redisUrl,
+    contentPatternsFile: config.contentBlocklistFile,
+  });
   const app = await buildApp({ config, services, logger: loggerOptions(config.logLevel) });
 
   // D12: expired pastes answer 404 at once; this removes their rows within minutes.
@@ -35,6 +38,7 @@ export async function serve(config: Config): Promise<void> {
     clearInterval(sweeper);
     try {
       await app.close();
+      await services.close();
       await storage.close();
       process.exit(0);
     } catch (err) {

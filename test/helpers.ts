@@ -40,6 +40,8 @@ export interface TestServerOptions {
   /** Settings as environment variables would give them (PORT and BASE_URL are set for you). */
   env?: Record<string, string>;
   clock?: ManualClock;
+  /** Reuse this SQLite file (a restart); it is then left in place by close(). */
+  databasePath?: string;
 }
 
 /** A TCP port free on 127.0.0.1 right now. */
@@ -56,12 +58,12 @@ export function freePort(): Promise<number> {
 }
 
 export async function startServer(options: TestServerOptions = {}): Promise<TestServer> {
-  const dir = mkdtempSync(join(tmpdir(), 'fastpaste-test-'));
-  const databasePath = join(dir, 'fastpaste.db');
+  const dir = options.databasePath ? null : mkdtempSync(join(tmpdir(), 'fastpaste-test-'));
+  const databasePath = options.databasePath ?? join(dir as string, 'fastpaste.db');
   const clock = options.clock ?? new ManualClock();
   const storage = openStorage(`sqlite:${databasePath}`);
   await migrateToLatest(storage.db);
-  const services = createServices(storage, clock.read);
+
   const port = await freePort();
   const url = `http://127.0.0.1:${port}`;
   const config: Config = loadConfig({
@@ -69,6 +71,11 @@ export async function startServer(options: TestServerOptions = {}): Promise<Test
     PORT: String(port),
     BASE_URL: url,
     ...options.env,
+  });
+  const services = await createServices(storage, {
+    clock: clock.read,
+    redisUrl: config.redisUrl,
+    contentPatternsFile: config.contentBlocklistFile,
   });
   const app = await buildApp({ config, services });
   await app.listen({ port, host: '127.0.0.1' });
@@ -84,8 +91,9 @@ export async function startServer(options: TestServerOptions = {}): Promise<Test
     },
     async close() {
       await app.close();
+      await services.close();
       await storage.close();
-      rmSync(dir, { recursive: true, force: true });
+      if (dir) rmSync(dir, { recursive: true, force: true });
     },
   };
 }

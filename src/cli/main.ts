@@ -23,7 +23,12 @@ async function withServices<T>(task: (services: Services) => Promise<T>): Promis
   const storage = openStorage(config.databaseUrl);
   try {
     await migrateToLatest(storage.db);
-    return await task(createServices(storage));
+    const services = await createServices(storage, { redisUrl: config.redisUrl });
+    try {
+      return await task(services);
+    } finally {
+      await services.close();
+    }
   } finally {
     await storage.close();
   }
@@ -120,6 +125,51 @@ for (const [name, active] of [
       console.log(`Key ${key.id} "${key.name}" is now ${active ? 'active' : 'inactive'}.`);
     });
 }
+
+keys
+  .command('limits <key>')
+  .description('set the hourly, daily and monthly request limits of a key (0 = unlimited)')
+  .option('--hourly <n>', 'requests per hour', wholeNumber)
+  .option('--daily <n>', 'requests per day', wholeNumber)
+  .option('--monthly <n>', 'requests per month', wholeNumber)
+  .action(async (idOrKey: string, options: { hourly?: number; daily?: number; monthly?: number }) => {
+    const key = await withServices((s) => s.keys.setLimits(idOrKey, options));
+    const show = (n: number) => (n === 0 ? 'unlimited' : String(n));
+    console.log(
+      `Key ${key.id} "${key.name}": hourly ${show(key.limits.hourly)}, daily ${show(key.limits.daily)}, monthly ${show(key.limits.monthly)}.`,
+    );
+  });
+
+keys
+  .command('usage <key>')
+  .description('requests used and left in the current hour, day and month (UTC)')
+  .option('--json', 'print JSON')
+  .action(async (idOrKey: string, options: { json?: boolean }) => {
+    const { key, windows } = await withServices(async (s) => {
+      const found = await s.keys.find(idOrKey);
+      if (!found) throw new AppError('not_found', `No API key "${idOrKey}".`);
+      return { key: found, windows: await s.quota.usage(`key:${found.id}`, found.limits) };
+    });
+    if (options.json) {
+      console.log(
+        JSON.stringify(
+          windows.map((w) => ({
+            window: w.kind,
+            limit: w.limit,
+            used: w.used,
+            remaining: w.limit === 0 ? null : w.remaining,
+            resets_in_seconds: w.resetSeconds,
+          })),
+        ),
+      );
+      return;
+    }
+    console.log(`Key ${key.id} "${key.name}"`);
+    for (const w of windows) {
+      const left = w.limit === 0 ? 'unlimited' : `${w.remaining} left of ${w.limit}`;
+      console.log(`  ${w.kind.padEnd(8)} used ${w.used}, ${left}, resets in ${w.resetSeconds} s`);
+    }
+  });
 
 try {
   await program.parseAsync(process.argv);

@@ -96,6 +96,23 @@ export class KeyService {
     return { ...found, active };
   }
 
+  /** Sets a key's three limits (0 = unlimited); the ones not given stay as they are. */
+  async setLimits(idOrKey: string, limits: { hourly?: number; daily?: number; monthly?: number }): Promise<ApiKey> {
+    const found = await this.find(idOrKey);
+    if (!found) throw new AppError('not_found', `No API key "${idOrKey}".`);
+    const next = {
+      hourly: limits.hourly === undefined ? found.limits.hourly : checkLimit('hourly', limits.hourly),
+      daily: limits.daily === undefined ? found.limits.daily : checkLimit('daily', limits.daily),
+      monthly: limits.monthly === undefined ? found.limits.monthly : checkLimit('monthly', limits.monthly),
+    };
+    await this.keys.update(found.id, {
+      hourly_limit: next.hourly,
+      daily_limit: next.daily,
+      monthly_limit: next.monthly,
+    });
+    return { ...found, limits: next };
+  }
+
   /**
    * The key a request presents: 401 when there is none, 403 when it is malformed, unknown or
    * inactive (api-v1.md, Authentication). A malformed key costs no database look-up.

@@ -17,6 +17,8 @@ export interface Storage {
   dialect: Dialect;
   /** The SQLite handle, for the online backup and integrity checks; null on PostgreSQL. */
   sqlite: BetterSqlite3.Database | null;
+  /** The PostgreSQL pool, for stores that speak to it directly; null on SQLite. */
+  pgPool: pg.Pool | null;
   close(): Promise<void>;
 }
 
@@ -40,6 +42,7 @@ function openSqlite(path: string): Storage {
     db,
     dialect: 'sqlite',
     sqlite,
+    pgPool: null,
     async close() {
       await db.destroy();
     },
@@ -64,6 +67,7 @@ function openPostgres(url: string): Storage {
     db,
     dialect: 'postgres',
     sqlite: null,
+    pgPool: pool,
     async close() {
       await db.destroy();
     },

@@ -1,6 +1,12 @@
-/** The X-API-Key check of api-v1.md's Authentication section, as route hooks. */
-import type { FastifyRequest } from 'fastify';
+/**
+ * The X-API-Key check of api-v1.md's Authentication section and the quota of D20, as route
+ * hooks that run before the body is read: a refused request costs no upload, and a request
+ * refused with 401 or 403 counts against nothing.
+ */
+import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { ApiKey, KeyService } from '../../keys/key-service.js';
+import type { QuotaService } from '../../keys/quota-service.js';
+import { clientBucket } from '../client-address.js';
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -9,30 +15,42 @@ declare module 'fastify' {
   }
 }
 
+export interface AccessDeps {
+  keys: KeyService;
+  quota: QuotaService;
+}
+
 function presentedKey(request: FastifyRequest): string | undefined {
   const header = request.headers['x-api-key'];
   return Array.isArray(header) ? header[0] : header;
 }
 
+/** Authenticates, then counts the request against the key's windows (429 past a limit). */
+async function admitKey(deps: AccessDeps, request: FastifyRequest, reply: FastifyReply): Promise<void> {
+  const key = await deps.keys.authenticate(presentedKey(request));
+  request.apiKey = key;
+  reply.headers(await deps.quota.consume(`key:${key.id}`, key.limits));
+}
+
 /** Every API route but quick-create: 401 without a key, 403 for a bad or inactive one. */
-export function requireApiKey(keys: KeyService) {
-  return async (request: FastifyRequest): Promise<void> => {
-    request.apiKey = await keys.authenticate(presentedKey(request));
-  };
+export function requireApiKey(deps: AccessDeps) {
+  return (request: FastifyRequest, reply: FastifyReply): Promise<void> => admitKey(deps, request, reply);
 }
 
 /**
- * Quick-create: a key when one is sent (and then it must be valid), otherwise anonymous; with
- * anonymous use turned off, a keyless request is a 401 as anywhere else.
+ * Quick-create: a key when one is sent (and then it must be valid), otherwise anonymous and
+ * counted per client address (an IPv6 client per /64); with anonymous use turned off, a keyless
+ * request is a 401 as anywhere else.
  */
-export function optionalApiKey(keys: KeyService, anonymousAllowed: boolean) {
-  return async (request: FastifyRequest): Promise<void> => {
-    const presented = presentedKey(request);
-    if (presented === undefined && anonymousAllowed) {
-      request.apiKey = null;
+export function optionalApiKey(deps: AccessDeps & { anonymousAllowed: boolean; anonHourlyLimit: number }) {
+  return async (request: FastifyRequest, reply: FastifyReply): Promise<void> => {
+    if (presentedKey(request) !== undefined || !deps.anonymousAllowed) {
+      await admitKey(deps, request, reply);
       return;
     }
-    request.apiKey = await keys.authenticate(presented);
+    request.apiKey = null;
+    const limits = { hourly: deps.anonHourlyLimit, daily: 0, monthly: 0 };
+    reply.headers(await deps.quota.consume(`anon:${clientBucket(request.ip)}`, limits));
   };
 }
 

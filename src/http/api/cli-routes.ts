@@ -5,6 +5,7 @@
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { AppError, type FieldProblem, invalidRequest } from '../../errors.js';
+import type { ContentChecker } from '../../pastes/content-check.js';
 import { EXPIRY_VALUES } from '../../pastes/expiry.js';
 import { MAX_TEXT_BYTES, parseCreateInput, parseFormBoolean, tooLarge } from '../../pastes/paste-input.js';
 import { decodeTextFile } from '../../pastes/uploads.js';
@@ -26,8 +27,11 @@ function wantsJson(request: FastifyRequest, params: Record<string, string>): boo
   return (request.headers.accept ?? '').includes('application/json');
 }
 
-function asText(bytes: Buffer): string {
+function asText(bytes: Buffer, anonymous: boolean): string {
   const text = decodeTextFile(bytes);
+  if (text === null && anonymous) {
+    throw new AppError('content_rejected', 'The content was refused: it looks like binary data, not text.');
+  }
   if (text === null) {
     throw new AppError('invalid_request', 'The content is not UTF-8 text.', {
       details: [{ field: 'content', message: 'is not UTF-8 text without NUL bytes' }],
@@ -39,6 +43,7 @@ function asText(bytes: Buffer): string {
 /** The content and the parameters, from whichever encoding the client used. */
 async function readQuickCreate(
   request: FastifyRequest,
+  anonymous: boolean,
 ): Promise<{ content: string | undefined; params: Record<string, string> }> {
   const params: Record<string, string> = {};
   const problems: FieldProblem[] = [];
@@ -59,19 +64,19 @@ async function readQuickCreate(
     const length = announcedLength(request);
     if (length !== undefined && length > FORM_BODY_LIMIT) throw tooLarge(MAX_TEXT_BYTES);
     const form = await readMultipartForm(request, { fileFields: CONTENT_FIELDS, maxFileBytes: MAX_TEXT_BYTES });
-    if (form.file) setContent(asText(form.file.bytes));
+    if (form.file) setContent(asText(form.file.bytes, anonymous));
     for (const [name, value] of Object.entries(form.fields)) {
       if (CONTENT_FIELDS.has(name)) setContent(value);
       else take(name, value);
     }
   } else if (Buffer.isBuffer(request.body)) {
-    setContent(asText(request.body));
+    setContent(asText(request.body, anonymous));
   } else if (request.body instanceof UrlEncodedBody) {
     const { fields, raw } = request.body;
     if (!Object.keys(fields).some((name) => CONTENT_FIELDS.has(name))) {
       // `curl --data-binary @file` sends the file as an urlencoded form without saying so: a
       // form with no content field is taken as the raw content, exactly as sent.
-      setContent(asText(raw));
+      setContent(asText(raw, anonymous));
     } else {
       for (const [name, value] of Object.entries(fields)) {
         if (!CONTENT_FIELDS.has(name)) take(name, value);
@@ -108,38 +113,36 @@ function usage(baseUrl: string): string {
 
 export async function registerCliRoutes(
   app: FastifyInstance,
-  deps: ApiDeps & { anonymousAllowed: boolean },
+  deps: ApiDeps & { anonymousAllowed: boolean; anonHourlyLimit: number; contentChecker: ContentChecker },
 ): Promise<void> {
   const { pastes, presenter } = deps;
 
-  app.post(
-    '/api/v1/cli',
-    { onRequest: optionalApiKey(deps.keys, deps.anonymousAllowed), bodyLimit: FORM_BODY_LIMIT },
-    async (request, reply) => {
-      const { content, params } = await readQuickCreate(request);
-      const json = wantsJson(request, params);
-      const fields: Record<string, unknown> = { content };
-      if (params.expiry !== undefined) fields.expiry = params.expiry;
-      if (params.title !== undefined) fields.title = params.title;
-      if (params.lang !== undefined) fields.language = params.lang;
-      if (params.burn !== undefined) fields.burn = params.burn;
-      const input = parseCreateInput(fields, 'form');
-      const created = await pastes.create(input, {
-        ownerKeyId: request.apiKey?.id ?? null,
-        source: 'cli',
-        ip: request.ip,
+  app.post('/api/v1/cli', { onRequest: optionalApiKey(deps), bodyLimit: FORM_BODY_LIMIT }, async (request, reply) => {
+    const anonymous = request.apiKey === null;
+    const { content, params } = await readQuickCreate(request, anonymous);
+    if (anonymous && content !== undefined) deps.contentChecker.check(content);
+    const json = wantsJson(request, params);
+    const fields: Record<string, unknown> = { content };
+    if (params.expiry !== undefined) fields.expiry = params.expiry;
+    if (params.title !== undefined) fields.title = params.title;
+    if (params.lang !== undefined) fields.language = params.lang;
+    if (params.burn !== undefined) fields.burn = params.burn;
+    const input = parseCreateInput(fields, 'form');
+    const created = await pastes.create(input, {
+      ownerKeyId: request.apiKey?.id ?? null,
+      source: 'cli',
+      ip: request.ip,
+    });
+    reply.code(201);
+    if (json) {
+      return reply.send({
+        error: false,
+        message: createdMessage(created.paste.id, undefined, false),
+        data: presenter.created(created.paste, input),
       });
-      reply.code(201);
-      if (json) {
-        return reply.send({
-          error: false,
-          message: createdMessage(created.paste.id, undefined, false),
-          data: presenter.created(created.paste, input),
-        });
-      }
-      return reply.type('text/plain; charset=utf-8').send(`${presenter.viewUrl(created.paste.id)}\n`);
-    },
-  );
+    }
+    return reply.type('text/plain; charset=utf-8').send(`${presenter.viewUrl(created.paste.id)}\n`);
+  });
 
   app.get('/api/v1/cli', async (request, reply: FastifyReply) => {
     const query = request.query as Record<string, string | undefined>;

@@ -2,6 +2,7 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { AppError, invalidRequest, notFound } from '../../errors.js';
 import type { KeyService } from '../../keys/key-service.js';
+import type { QuotaService } from '../../keys/quota-service.js';
 import { isPlausiblePasteId } from '../../pastes/paste-ids.js';
 import {
   type CreateInput,
@@ -20,6 +21,7 @@ import { callerKey, requireApiKey } from './authentication.js';
 export interface ApiDeps {
   pastes: PasteService;
   keys: KeyService;
+  quota: QuotaService;
   presenter: PastePresenter;
 }
 
@@ -91,7 +93,7 @@ async function readUpload(request: FastifyRequest): Promise<{ input: CreateInput
 
 export async function registerPasteRoutes(app: FastifyInstance, deps: ApiDeps): Promise<void> {
   const { pastes, presenter } = deps;
-  const onRequest = requireApiKey(deps.keys);
+  const onRequest = requireApiKey(deps);
 
   app.post('/api/v1/paste', { onRequest, bodyLimit: JSON_BODY_LIMIT }, async (request, reply) => {
     const key = callerKey(request);

@@ -1,0 +1,99 @@
+/**
+ * Request quotas (D20): every authenticated request counts once against its key's hourly, daily
+ * and monthly window (fixed UTC calendar windows, 0 = unlimited), before any work is done for it.
+ * Anonymous quick-creates count the same way per client address. The counting itself is done by
+ * an atomic counter store (counter-store.ts), so limits hold exactly under concurrency and across
+ * instances that share it.
+ */
+import type { Clock } from '../clock.js';
+import { AppError } from '../errors.js';
+import type { CounterStore } from './counter-store.js';
+import { WINDOW_KINDS, WINDOW_SECONDS, type WindowKind, windowAt } from './quota-windows.js';
+
+export interface Limits {
+  hourly: number;
+  daily: number;
+  monthly: number;
+}
+
+export interface WindowState {
+  kind: WindowKind;
+  limit: number;
+  used: number;
+  remaining: number;
+  /** Seconds until the window ends. */
+  resetSeconds: number;
+}
+
+function counterKey(subject: string, kind: WindowKind, start: number): string {
+  return `${subject}:${kind}:${new Date(start).toISOString().slice(0, 13)}`;
+}
+
+/** The headers of D20 for the limited windows; none when nothing is limited. */
+export function quotaHeaders(windows: WindowState[]): Record<string, string> {
+  if (windows.length === 0) return {};
+  const nearest = windows.reduce((a, b) =>
+    b.remaining < a.remaining || (b.remaining === a.remaining && b.resetSeconds < a.resetSeconds) ? b : a,
+  );
+  return {
+    'ratelimit-limit': String(nearest.limit),
+    'ratelimit-remaining': String(nearest.remaining),
+    'ratelimit-reset': String(nearest.resetSeconds),
+    'ratelimit-policy': windows.map((w) => `"${w.kind}";q=${w.limit};w=${WINDOW_SECONDS[w.kind]}`).join(', '),
+    ratelimit: windows.map((w) => `"${w.kind}";r=${w.remaining};t=${w.resetSeconds}`).join(', '),
+  };
+}
+
+export class QuotaService {
+  constructor(
+    private readonly counters: CounterStore,
+    private readonly clock: Clock,
+  ) {}
+
+  /**
+   * Counts one request for `subject` in each limited window. Returns the D20 headers, or throws
+   * 429 `rate_limited` (with the headers and Retry-After) when a window is exhausted.
+   */
+  async consume(subject: string, limits: Limits): Promise<Record<string, string>> {
+    const now = this.clock();
+    const limited = WINDOW_KINDS.filter((kind) => limits[kind] > 0);
+    const windows = await Promise.all(
+      limited.map(async (kind): Promise<WindowState> => {
+        const bounds = windowAt(kind, now);
+        const resetSeconds = Math.max(1, Math.ceil((bounds.end - now) / 1000));
+        // The counter outlives its window by a minute, so clocks a little apart still agree.
+        const used = await this.counters.increment(counterKey(subject, kind, bounds.start), resetSeconds + 60);
+        return { kind, limit: limits[kind], used, remaining: Math.max(0, limits[kind] - used), resetSeconds };
+      }),
+    );
+    const headers = quotaHeaders(windows);
+    const exhausted = windows.filter((w) => w.used > w.limit);
+    if (exhausted.length > 0) {
+      const retryAfter = Math.max(...exhausted.map((w) => w.resetSeconds));
+      const names = exhausted.map((w) => w.kind).join(' and ');
+      throw new AppError('rate_limited', `Rate limit exceeded: the ${names} limit is used up.`, {
+        headers: { ...headers, 'retry-after': String(retryAfter) },
+      });
+    }
+    return headers;
+  }
+
+  /** Used and left in each window, without counting anything (for `fastpaste keys usage`). */
+  async usage(subject: string, limits: Limits): Promise<WindowState[]> {
+    const now = this.clock();
+    return Promise.all(
+      WINDOW_KINDS.map(async (kind): Promise<WindowState> => {
+        const bounds = windowAt(kind, now);
+        const used = await this.counters.read(counterKey(subject, kind, bounds.start));
+        const limit = limits[kind];
+        return {
+          kind,
+          limit,
+          used,
+          remaining: limit === 0 ? Number.POSITIVE_INFINITY : Math.max(0, limit - used),
+          resetSeconds: Math.ceil((bounds.end - now) / 1000),
+        };
+      }),
+    );
+  }
+}
