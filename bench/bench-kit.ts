@@ -1,0 +1,181 @@
+/**
+ * Shared parts of the benchmarks: a fastpaste server in its own process (pinned to core 0 with
+ * taskset where it exists) on a fresh database, its peak RSS, and autocannon runs from this
+ * process (pinned to the other core). Everything talks to 127.0.0.1 only and is bounded in time.
+ */
+import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import autocannon from 'autocannon';
+
+const ROOT = new URL('..', import.meta.url).pathname;
+
+export function hasTaskset(): boolean {
+  try {
+    execFileSync('taskset', ['-p', String(process.pid)], { stdio: 'ignore' });
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** Moves this process (the load generator) to core 1, away from the server on core 0. */
+export function pinSelf(): void {
+  if (hasTaskset()) execFileSync('taskset', ['-pc', '1', String(process.pid)], { stdio: 'ignore' });
+}
+
+export function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const probe = createServer();
+    probe.once('error', reject);
+    probe.listen(0, '127.0.0.1', () => {
+      const address = probe.address();
+      probe.close(() => resolve(typeof address === 'object' && address ? address.port : 0));
+    });
+  });
+}
+
+export interface BenchServer {
+  url: string;
+  dir: string;
+  databaseUrl: string;
+  process: ChildProcess;
+  /** Highest resident set size seen so far, in MB (from /proc, sampled every 100 ms). */
+  peakRssMb(): number;
+  resetPeak(): void;
+  stop(): Promise<void>;
+}
+
+/** Runs `node bin/fastpaste.js <args>` against a database and returns its standard output. */
+export function fastpasteCommand(databaseUrl: string, args: string[]): string {
+  return execFileSync(process.execPath, [join(ROOT, 'bin/fastpaste.js'), ...args], {
+    env: { ...process.env, DATABASE_URL: databaseUrl },
+    encoding: 'utf8',
+  });
+}
+
+export function createKey(databaseUrl: string, limits: { hourly: number; daily: number; monthly: number }): string {
+  const out = fastpasteCommand(databaseUrl, [
+    'keys',
+    'create',
+    '--name',
+    'bench',
+    '--hourly',
+    String(limits.hourly),
+    '--daily',
+    String(limits.daily),
+    '--monthly',
+    String(limits.monthly),
+    '--json',
+  ]);
+  return JSON.parse(out).key;
+}
+
+/** Starts a server on a fresh SQLite database (or the given DATABASE_URL) and waits until it answers. */
+export async function startBenchServer(env: Record<string, string> = {}): Promise<BenchServer> {
+  const dir = mkdtempSync(join(tmpdir(), 'fastpaste-bench-'));
+  const port = await freePort();
+  const databaseUrl = env.DATABASE_URL ?? `sqlite:${join(dir, 'bench.db')}`;
+  const fullEnv = {
+    ...process.env,
+    PORT: String(port),
+    HOST: '127.0.0.1',
+    LOG_LEVEL: 'silent',
+    ANON_HOURLY_LIMIT: '0',
+    ...env,
+    DATABASE_URL: databaseUrl,
+  };
+  // Migrate first so that keys can be made before the server starts.
+  fastpasteCommand(databaseUrl, ['migrate']);
+  const args = [join(ROOT, 'bin/fastpaste.js'), 'serve'];
+  const child = hasTaskset()
+    ? spawn('taskset', ['-c', '0', process.execPath, ...args], { env: fullEnv, stdio: 'inherit' })
+    : spawn(process.execPath, args, { env: fullEnv, stdio: 'inherit' });
+  const url = `http://127.0.0.1:${port}`;
+  const deadline = Date.now() + 20_000;
+  for (;;) {
+    try {
+      const res = await fetch(`${url}/healthz`);
+      if (res.ok) break;
+    } catch {}
+    if (Date.now() > deadline) throw new Error('server did not start');
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  let peak = 0;
+  const sample = () => {
+    try {
+      const status = readFileSync(`/proc/${serverPid(child)}/status`, 'utf8');
+      const kb = Number(/VmRSS:\s+(\d+)/.exec(status)?.[1] ?? 0);
+      peak = Math.max(peak, kb / 1024);
+    } catch {}
+  };
+  const sampler = setInterval(sample, 100);
+  return {
+    url,
+    dir,
+    databaseUrl,
+    process: child,
+    peakRssMb: () => {
+      sample();
+      return peak;
+    },
+    resetPeak: () => {
+      peak = 0;
+    },
+    async stop() {
+      clearInterval(sampler);
+      child.kill('SIGTERM');
+      await new Promise((r) => child.once('exit', r));
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+/** The node process itself (taskset execs it, so the pid is the same). */
+function serverPid(child: ChildProcess): number {
+  return child.pid ?? 0;
+}
+
+export interface LoadResult {
+  rps: number;
+  p50: number;
+  p99: number;
+  errors: number;
+  non2xx: number;
+}
+
+export interface LoadOptions {
+  url: string;
+  method?: 'GET' | 'POST';
+  headers?: Record<string, string>;
+  body?: string | Buffer;
+  /** Builds each request's path (for random ids). */
+  path?: () => string;
+  connections?: number;
+  seconds?: number;
+}
+
+export async function load(options: LoadOptions): Promise<LoadResult> {
+  const settings: autocannon.Options = {
+    url: options.url,
+    method: options.method ?? 'GET',
+    headers: options.headers ?? {},
+    ...(options.body !== undefined ? { body: options.body } : {}),
+    connections: options.connections ?? 50,
+    duration: options.seconds ?? 10,
+  };
+  if (options.path) {
+    const nextPath = options.path;
+    settings.requests = [{ setupRequest: (req) => ({ ...req, path: nextPath() }) }];
+  }
+  const result = await autocannon(settings);
+  return {
+    rps: result.requests.average,
+    p50: result.latency.p50,
+    p99: result.latency.p99,
+    errors: result.errors + result.timeouts,
+    non2xx: result.non2xx,
+  };
+}
