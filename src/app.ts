@@ -12,6 +12,7 @@ import { registerCliRoutes } from './http/api/cli-routes.js';
 import { registerPasteRoutes } from './http/api/paste-routes.js';
 import { sendError } from './http/error-presenter.js';
 import { registerBodyParsers } from './http/request-bodies.js';
+import { SECURITY_HEADERS } from './http/security-headers.js';
 import { registerWebRoutes } from './http/web/web-routes.js';
 import { PastePresenter } from './pastes/paste-presenter.js';
 import type { Services } from './services.js';
@@ -22,16 +23,6 @@ export interface AppDeps {
   /** Fastify's logger option; false in tests. */
   logger?: FastifyServerOptions['logger'];
 }
-
-/** Headers on every answer (pages, API, raw): no framing, no sniffing, no referrer, no inline script. */
-const SECURITY_HEADERS: Record<string, string> = {
-  'content-security-policy':
-    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'",
-  'referrer-policy': 'no-referrer',
-  'x-content-type-options': 'nosniff',
-  'x-frame-options': 'DENY',
-  'cross-origin-opener-policy': 'same-origin',
-};
 
 const METHODS: HTTPMethod[] = ['GET', 'HEAD', 'POST', 'PUT', 'DELETE', 'PATCH', 'OPTIONS'];
 
@@ -78,7 +69,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
 
   app.decorateRequest('apiKey', null);
   app.addHook('onRequest', async (request, reply) => {
-    for (const [name, value] of Object.entries(SECURITY_HEADERS)) reply.header(name, value);
+    reply.headers(SECURITY_HEADERS);
     if (!config.apiEnabled && request.url.startsWith('/api/v1')) {
       throw new AppError('api_disabled', 'The API is turned off on this server.');
     }

@@ -60,7 +60,8 @@ program
   .command('migrate')
   .description('apply the database migrations and exit')
   .action(async () => {
-    const applied = await withServices(async (s) => migrateToLatest(s.storage.db));
+    const storage = openStorage(loadConfig().databaseUrl);
+    const applied = await migrateToLatest(storage.db).finally(() => storage.close());
     console.log(applied.length === 0 ? 'The database is up to date.' : `Applied: ${applied.join(', ')}`);
   });
 

@@ -6,6 +6,7 @@
  */
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { AppError, type ErrorCode, type FieldProblem, invalidRequest } from '../errors.js';
+import { SECURITY_HEADERS } from './security-headers.js';
 import { errorPage } from './web/pages.js';
 
 interface FrameworkError {
@@ -75,6 +76,8 @@ function wantsPage(request: FastifyRequest): boolean {
 export function sendError(request: FastifyRequest, reply: FastifyReply, thrown: unknown): FastifyReply {
   const { error, unexpected } = toAppError(thrown);
   if (unexpected) request.log.error({ err: thrown }, 'unexpected error');
+  // Also here: some errors (an undecodable path) are answered before the onRequest hooks run.
+  reply.headers(SECURITY_HEADERS);
   reply.code(error.status);
   for (const [name, value] of Object.entries(error.headers)) reply.header(name, value);
   // An answer sent before the body was read to its end closes the connection, so the rest of

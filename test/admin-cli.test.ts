@@ -1,0 +1,329 @@
+/**
+ * The `fastpaste` command as an administrator runs it (D1, D2, D19): `node bin/fastpaste.js` in
+ * child processes over a SQLite file in a temporary directory, and `serve` as a real server
+ * process on 127.0.0.1.
+ */
+import assert from 'node:assert/strict';
+import { type ChildProcess, execFile, spawn } from 'node:child_process';
+import { createHash } from 'node:crypto';
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import net from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import { fileURLToPath } from 'node:url';
+import Database from 'better-sqlite3';
+import { isWellFormedApiKey } from '../src/keys/api-key-format.js';
+
+const ROOT = fileURLToPath(new URL('..', import.meta.url));
+const SETTINGS = [
+  'PORT',
+  'HOST',
+  'BASE_URL',
+  'DATABASE_URL',
+  'REDIS_URL',
+  'TRUST_PROXY',
+  'API_ENABLED',
+  'ANONYMOUS_CLI',
+  'ANON_HOURLY_LIMIT',
+  'WEBHOOK_ALLOW_PRIVATE',
+  'SWEEP_INTERVAL_SECONDS',
+  'LOG_LEVEL',
+  'NODE_TEST_CONTEXT',
+  'NODE_OPTIONS',
+];
+
+/** The parent's environment without any fastpaste setting, plus `extra`. */
+function childEnv(extra: Record<string, string>): NodeJS.ProcessEnv {
+  const env: NodeJS.ProcessEnv = { ...process.env };
+  for (const name of SETTINGS) delete env[name];
+  return { ...env, LOG_LEVEL: 'warn', ...extra };
+}
+
+interface Run {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+/** Runs `node bin/fastpaste.js ...args` to its end. */
+function fastpaste(args: string[], env: Record<string, string>): Promise<Run> {
+  return new Promise((resolve) => {
+    execFile(
+      process.execPath,
+      ['bin/fastpaste.js', ...args],
+      { cwd: ROOT, env: childEnv(env), timeout: 30_000 },
+      (error, stdout, stderr) => {
+        const code = error ? (typeof error.code === 'number' ? error.code : null) : 0;
+        resolve({ code, stdout, stderr });
+      },
+    );
+  });
+}
+
+function assertOk(run: Run, what: string): void {
+  assert.equal(run.code, 0, `${what} exited ${run.code}: ${run.stderr}${run.stdout}`);
+}
+
+/** A free port in 20000-40000: a random one, checked by listening on it. */
+async function freePort(): Promise<number> {
+  for (let attempt = 0; attempt < 50; attempt++) {
+    const port = 20_000 + Math.floor(Math.random() * 20_000);
+    const free = await new Promise<boolean>((resolve) => {
+      const probe = net.createServer();
+      probe.once('error', () => resolve(false));
+      probe.listen(port, '127.0.0.1', () => probe.close(() => resolve(true)));
+    });
+    if (free) return port;
+  }
+  throw new Error('no free port found');
+}
+
+const children = new Set<ChildProcess>();
+
+/** Stops a child this file started: SIGTERM, then SIGKILL if it lingers. */
+async function stop(child: ChildProcess): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) {
+    children.delete(child);
+    return;
+  }
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  child.kill('SIGTERM');
+  const timer = setTimeout(() => child.kill('SIGKILL'), 5000);
+  await exited;
+  clearTimeout(timer);
+  children.delete(child);
+}
+
+interface Served {
+  child: ChildProcess;
+  url: string;
+  output: () => string;
+}
+
+/** Starts `node bin/fastpaste.js serve` and waits until /healthz answers. */
+async function serve(env: Record<string, string>): Promise<Served> {
+  const port = await freePort();
+  const child = spawn(process.execPath, ['bin/fastpaste.js', 'serve'], {
+    cwd: ROOT,
+    env: childEnv({ HOST: '127.0.0.1', PORT: String(port), ...env }),
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  children.add(child);
+  let output = '';
+  const collect = (chunk: Buffer) => {
+    if (output.length < 100_000) output += chunk.toString('utf8');
+  };
+  child.stdout?.on('data', collect);
+  child.stderr?.on('data', collect);
+  const url = `http://127.0.0.1:${port}`;
+  const deadline = Date.now() + 20_000;
+  while (Date.now() < deadline) {
+    if (child.exitCode !== null) throw new Error(`serve exited ${child.exitCode}: ${output}`);
+    try {
+      const health = await fetch(`${url}/healthz`);
+      if (health.status === 200) return { child, url, output: () => output };
+    } catch {
+      // not listening yet
+    }
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+  await stop(child);
+  throw new Error(`serve did not answer within 20 s: ${output}`);
+}
+
+describe('fastpaste command', () => {
+  let dir: string;
+  let dbPath: string;
+  let env: Record<string, string>;
+  let key = '';
+  let keyId = '';
+
+  before(() => {
+    dir = mkdtempSync(join(tmpdir(), 'fastpaste-cli-'));
+    dbPath = join(dir, 'x.db');
+    env = { DATABASE_URL: `sqlite:${dbPath}` };
+  });
+  after(async () => {
+    await Promise.all([...children].map(stop));
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  const withDb = <T>(task: (db: Database.Database) => T): T => {
+    const db = new Database(dbPath, { readonly: true });
+    try {
+      return task(db);
+    } finally {
+      db.close();
+    }
+  };
+
+  it('keys create --json prints {"key","name","webhook_secret":null} with an fp_ key, shown once', async () => {
+    const run = await fastpaste(
+      ['keys', 'create', '--name', 'N', '--hourly', '5', '--daily', '6', '--monthly', '7', '--json'],
+      env,
+    );
+    assertOk(run, 'keys create');
+    const lines = run.stdout.trim().split('\n');
+    assert.equal(lines.length, 1, `more than the JSON line: ${run.stdout}`);
+    const printed = JSON.parse(lines[0] as string);
+    assert.deepEqual(Object.keys(printed).sort(), ['key', 'name', 'webhook_secret']);
+    assert.equal(printed.name, 'N');
+    assert.equal(printed.webhook_secret, null);
+    assert.match(printed.key, /^fp_[0-9A-Za-z]+$/);
+    // 256 bits of base62 is at least 43 characters, plus the prefix and a checksum (D19).
+    assert.ok(printed.key.length >= 3 + 43, printed.key);
+    assert.ok(isWellFormedApiKey(printed.key));
+    key = printed.key;
+    keyId = withDb((db) => (db.prepare('SELECT id FROM api_keys').get() as { id: string }).id);
+  });
+
+  it('stores only the SHA-256 digest of the key, never the key', () => {
+    assert.ok(key, 'needs the key from keys create');
+    const rows = withDb((db) => db.prepare('SELECT * FROM api_keys').all() as Array<Record<string, unknown>>);
+    assert.equal(rows.length, 1);
+    const row = rows[0] as Record<string, unknown>;
+    assert.equal(row.digest, createHash('sha256').update(key).digest('hex'));
+    assert.equal(row.name, 'N');
+    assert.equal(row.hourly_limit, 5);
+    assert.equal(row.daily_limit, 6);
+    assert.equal(row.monthly_limit, 7);
+    const body = key.slice(3, 3 + 43);
+    for (const [column, value] of Object.entries(row)) {
+      assert.ok(!String(value).includes(body), `column ${column} holds the key`);
+    }
+    // Nor anywhere else in the database files.
+    for (const file of [dbPath, `${dbPath}-wal`]) {
+      if (existsSync(file)) assert.equal(readFileSync(file).indexOf(body), -1, `${file} holds the key`);
+    }
+  });
+
+  it('keys list and keys list --json show the limits and never the key', async () => {
+    assert.ok(key, 'needs the key from keys create');
+    const digest = createHash('sha256').update(key).digest('hex');
+    const [text, json] = await Promise.all([
+      fastpaste(['keys', 'list'], env),
+      fastpaste(['keys', 'list', '--json'], env),
+    ]);
+    assertOk(text, 'keys list');
+    assertOk(json, 'keys list --json');
+    for (const run of [text, json]) {
+      assert.ok(!run.stdout.includes(key.slice(3, 3 + 43)), 'the key is listed');
+      assert.ok(!run.stdout.includes(digest), 'the digest is listed');
+    }
+    assert.ok(text.stdout.includes(keyId), text.stdout);
+    assert.ok(text.stdout.includes('N'), text.stdout);
+    assert.match(text.stdout, /\b5\b[^\n]*\b6\b[^\n]*\b7\b/, `limits 5/6/7 not shown: ${text.stdout}`);
+
+    const list = JSON.parse(json.stdout);
+    assert.ok(Array.isArray(list));
+    assert.equal(list.length, 1);
+    const item = list[0];
+    assert.equal(item.id, keyId);
+    assert.equal(item.name, 'N');
+    assert.equal(item.active, true);
+    assert.equal(item.hourly_limit, 5);
+    assert.equal(item.daily_limit, 6);
+    assert.equal(item.monthly_limit, 7);
+    assert.ok(!('key' in item) && !('digest' in item), JSON.stringify(item));
+  });
+
+  it('keys deactivate makes a running server refuse the key with 403; keys activate makes it work again', async () => {
+    assert.ok(key && keyId, 'needs the key from keys create');
+    const server = await serve(env);
+    try {
+      const list = () => fetch(`${server.url}/api/v1/pastes`, { headers: { 'x-api-key': key } });
+      const quick = () =>
+        fetch(`${server.url}/api/v1/cli`, {
+          method: 'POST',
+          headers: { 'x-api-key': key, 'content-type': 'text/plain' },
+          body: 'made with a key',
+        });
+      assert.equal((await list()).status, 200);
+
+      const off = await fastpaste(['keys', 'deactivate', keyId], env);
+      assertOk(off, 'keys deactivate');
+      const refused = await list();
+      assert.equal(refused.status, 403);
+      const body = (await refused.json()) as { error: boolean; code: string };
+      assert.equal(body.error, true);
+      assert.equal(body.code, 'api_key_invalid');
+      assert.equal((await quick()).status, 403);
+      const listed = await fastpaste(['keys', 'list', '--json'], env);
+      assert.equal(JSON.parse(listed.stdout)[0].active, false);
+
+      const on = await fastpaste(['keys', 'activate', keyId], env);
+      assertOk(on, 'keys activate');
+      assert.equal((await list()).status, 200);
+      assert.equal((await quick()).status, 201);
+    } finally {
+      await stop(server.child);
+    }
+  });
+
+  it('migrate says the database is up to date on its second run', async () => {
+    const fresh = { DATABASE_URL: `sqlite:${join(dir, 'migrate.db')}` };
+    const first = await fastpaste(['migrate'], fresh);
+    assertOk(first, 'first migrate');
+    const tables = (() => {
+      const db = new Database(join(dir, 'migrate.db'), { readonly: true });
+      try {
+        return (db.prepare("SELECT name FROM sqlite_master WHERE type = 'table'").all() as Array<{ name: string }>).map(
+          (t) => t.name,
+        );
+      } finally {
+        db.close();
+      }
+    })();
+    assert.ok(tables.includes('pastes') && tables.includes('api_keys'), tables.join(', '));
+    const second = await fastpaste(['migrate'], fresh);
+    assertOk(second, 'second migrate');
+    assert.match(second.stdout, /up to date/i);
+  });
+
+  it('a bad setting stops every command with a non-zero exit and one line naming the variable', async () => {
+    const badDb = join(dir, 'never-made', 'bad.db');
+    const cases: Array<[string[], Record<string, string>, string]> = [
+      [['serve'], { PORT: 'abc' }, 'PORT'],
+      [['migrate'], { PORT: 'abc' }, 'PORT'],
+      [['keys', 'list'], { PORT: 'abc' }, 'PORT'],
+      [['keys', 'create', '--name', 'x', '--json'], { PORT: 'abc' }, 'PORT'],
+      [['serve'], { TRUST_PROXY: 'perhaps' }, 'TRUST_PROXY'],
+    ];
+    const runs = await Promise.all(
+      cases.map(([args, bad]) => fastpaste(args, { DATABASE_URL: `sqlite:${badDb}`, PORT: '0', ...bad })),
+    );
+    runs.forEach((run, i) => {
+      const [args, , variable] = cases[i] as [string[], Record<string, string>, string];
+      const what = `${args.join(' ')} with a bad ${variable}`;
+      assert.notEqual(run.code, 0, `${what} exited 0`);
+      assert.notEqual(run.code, null, `${what} did not exit by itself`);
+      const lines = run.stderr.trim().split('\n');
+      assert.equal(lines.length, 1, `${what}: not one line: ${run.stderr}`);
+      assert.ok(lines[0]?.includes(variable), `${what}: the line does not name ${variable}: ${run.stderr}`);
+      assert.ok(!run.stderr.includes('    at '), `${what}: a stack trace`);
+      assert.equal(run.stdout.trim(), '', `${what}: printed ${run.stdout}`);
+    });
+    assert.ok(!existsSync(badDb), 'a command with a bad setting touched the database');
+  });
+
+  it('serve creates the data directory on first start', async () => {
+    const nested = join(dir, 'newdir', 'sub');
+    const file = join(nested, 'f.db');
+    assert.ok(!existsSync(join(dir, 'newdir')));
+    const server = await serve({ DATABASE_URL: `sqlite:${file}` });
+    try {
+      assert.ok(existsSync(file), `no database file at ${file}`);
+      const ready = await fetch(`${server.url}/readyz`);
+      assert.equal(ready.status, 200, server.output());
+      const created = await fetch(`${server.url}/api/v1/cli`, {
+        method: 'POST',
+        headers: { 'content-type': 'text/plain' },
+        body: 'first paste of a new server',
+      });
+      assert.equal(created.status, 201, await created.text());
+    } finally {
+      await stop(server.child);
+    }
+  });
+});

@@ -1,0 +1,1004 @@
+/**
+ * Quick-create (POST/GET /api/v1/cli, D18), its keys and switches (Authentication, D2), the public
+ * pages (/view, /raw, /download, /archive, /sitemap.xml: D11, D13, D16, D22), the security
+ * headers, the error envelope through HTTP (D7) and TRUST_PROXY (D2). Every test talks to a real
+ * server on 127.0.0.1.
+ */
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import http from 'node:http';
+import { after, before, describe, it } from 'node:test';
+import { gzipSync } from 'node:zlib';
+import Database from 'better-sqlite3';
+import { generateApiKey } from '../src/keys/api-key-format.js';
+import { parseCreateInput } from '../src/pastes/paste-input.js';
+import { encryptForTest, expectError, request, startServer, type TestServer } from './helpers.js';
+
+const BASE = 'https://paste.example.test';
+const MiB = 1_048_576;
+/** Quick-create is anonymous in most tests here: a per-address limit must not get in the way. */
+const ENV = { BASE_URL: BASE, ANON_HOURLY_LIMIT: '1000000' };
+
+type Result = Awaited<ReturnType<typeof request>>;
+
+/** The id in a quick-create answer `<BASE_URL>/view/<id>\n`; fails on any other shape. */
+function idFromTextAnswer(result: Result, base = BASE): string {
+  assert.equal(result.status, 201, `expected 201, got ${result.status}: ${result.text}`);
+  assert.match(result.headers.get('content-type') ?? '', /^text\/plain/);
+  const escaped = base.replace(/[.*+?^${}()|[\]\\/]/g, '\\$&');
+  const match = new RegExp(`^${escaped}/view/([A-Za-z0-9_-]+)\\n$`).exec(result.text);
+  assert.ok(match, `not "<base_url>/view/<id>\\n": ${JSON.stringify(result.text)}`);
+  return match[1] as string;
+}
+
+function toUtc(timestamp: string): number {
+  assert.match(timestamp, /^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}$/);
+  return Date.parse(`${timestamp.replace(' ', 'T')}Z`);
+}
+
+/** Every header of a security-relevant answer (pages, API, raw, errors). */
+function assertSecurityHeaders(result: { headers: Headers }, what: string): void {
+  const csp = result.headers.get('content-security-policy');
+  assert.ok(csp, `${what}: no Content-Security-Policy`);
+  assert.match(csp, /frame-ancestors 'none'/, `${what}: CSP without frame-ancestors 'none'`);
+  assert.doesNotMatch(csp, /unsafe-inline/, `${what}: CSP allows unsafe-inline`);
+  assert.equal(result.headers.get('referrer-policy'), 'no-referrer', `${what}: Referrer-Policy`);
+  assert.equal(result.headers.get('x-content-type-options'), 'nosniff', `${what}: X-Content-Type-Options`);
+}
+
+function allowOf(result: Result): string[] {
+  return (result.headers.get('allow') ?? '')
+    .split(',')
+    .map((m) => m.trim().toUpperCase())
+    .filter(Boolean)
+    .sort();
+}
+
+/** The file name of a `Content-Disposition: attachment` header (quoted or a bare token). */
+function filenameOf(result: Result): string | undefined {
+  const header = result.headers.get('content-disposition') ?? '';
+  assert.match(header, /^attachment\s*;/i, `not an attachment: ${header}`);
+  const match = /;\s*filename=(?:"([^"]*)"|([^;\s]+))/i.exec(header);
+  return match?.[1] ?? match?.[2];
+}
+
+/** The text a browser would show: tags (such as highlighting spans) removed, entities decoded. */
+function textOf(html: string): string {
+  return html
+    .replace(/<[^>]*>/g, '')
+    .replace(/&lt;/g, '<')
+    .replace(/&gt;/g, '>')
+    .replace(/&quot;/g, '"')
+    .replace(/&#39;/g, "'")
+    .replace(/&amp;/g, '&');
+}
+
+/** POSTs `total` bytes in 64 KiB chunks without Content-Length, stopping as soon as an answer comes. */
+function streamLargeBody(
+  url: string,
+  total: number,
+): Promise<{ status: number | undefined; written: number; body: string; error: string | undefined }> {
+  return new Promise((resolve) => {
+    const target = new URL(url);
+    const chunk = Buffer.alloc(64 * 1024, 'a');
+    let written = 0;
+    let stopped = false;
+    let status: number | undefined;
+    let body = '';
+    let error: string | undefined;
+    let settled = false;
+    const finish = () => {
+      if (settled) return;
+      settled = true;
+      clearTimeout(timer);
+      req.destroy();
+      resolve({ status, written, body, error });
+    };
+    const timer = setTimeout(() => {
+      error = 'timed out';
+      finish();
+    }, 30_000);
+    const req = http.request({
+      host: target.hostname,
+      port: target.port,
+      path: target.pathname + target.search,
+      method: 'POST',
+      headers: { 'content-type': 'text/plain' },
+    });
+    req.on('response', (res) => {
+      status = res.statusCode;
+      stopped = true;
+      res.setEncoding('utf8');
+      res.on('data', (d: string) => {
+        body += d;
+      });
+      res.on('end', finish);
+      res.on('error', finish);
+    });
+    req.on('error', (err) => {
+      stopped = true;
+      error = err.message;
+      // Give a response that is already on its way a moment to be parsed.
+      setTimeout(finish, 200);
+    });
+    req.on('close', () => setTimeout(finish, 200));
+    const pump = () => {
+      while (!stopped && written < total) {
+        written += chunk.length;
+        if (!req.write(chunk)) {
+          req.once('drain', pump);
+          return;
+        }
+      }
+      if (!stopped) req.end();
+    };
+    pump();
+  });
+}
+
+describe('quick-create, web pages and HTTP rules', () => {
+  let server: TestServer;
+  let key: string;
+  let otherKey: string;
+
+  before(async () => {
+    server = await startServer({ env: ENV });
+    key = await server.createKey({ name: 'owner' });
+    otherKey = await server.createKey({ name: 'other' });
+  });
+  after(() => server.close());
+
+  const cli = (query = '', init: Parameters<typeof request>[1] = {}) =>
+    request(`${server.url}/api/v1/cli${query}`, { method: 'POST', ...init });
+  /** The detail through the API (consumes a burn paste). */
+  const detail = async (id: string) => {
+    const read = await request(`${server.url}/api/v1/paste/${id}`, { headers: { 'x-api-key': key } });
+    assert.equal(read.status, 200, `GET /api/v1/paste/${id}: ${read.text}`);
+    return read.body.data;
+  };
+  const apiCreate = async (json: Record<string, unknown>, apiKey = key) => {
+    const created = await request(`${server.url}/api/v1/paste`, {
+      method: 'POST',
+      headers: { 'x-api-key': apiKey },
+      json,
+    });
+    assert.equal(created.status, 201, `POST /api/v1/paste: ${created.text}`);
+    return created.body.data.paste_id as string;
+  };
+  const listIds = async (apiKey: string): Promise<string[]> => {
+    const list = await request(`${server.url}/api/v1/pastes?limit=100`, { headers: { 'x-api-key': apiKey } });
+    assert.equal(list.status, 200);
+    return list.body.data.map((item: { paste_id: string }) => item.paste_id);
+  };
+  const pasteRow = (id: string): Record<string, unknown> | undefined => {
+    const db = new Database(server.databasePath, { readonly: true });
+    try {
+      return db.prepare('SELECT * FROM pastes WHERE id = ?').get(id) as Record<string, unknown> | undefined;
+    } finally {
+      db.close();
+    }
+  };
+
+  describe('POST /api/v1/cli: content', () => {
+    it('keeps = and & of a text/plain raw body exactly', async () => {
+      const content = 'a=1&b=2&c\nx+y%20z=&&==\n  ünïcode ✓\n';
+      const id = idFromTextAnswer(await cli('', { headers: { 'content-type': 'text/plain' }, body: content }));
+      const data = await detail(id);
+      assert.equal(data.content, content);
+      assert.equal(data.content_type, 'text');
+    });
+
+    it('takes a curl --data-binary body (urlencoded, no content field) as the raw content, as sent', async () => {
+      const content = 'key=value&other=1 2+3%20four\nnext=line&x';
+      const id = idFromTextAnswer(
+        await cli('', { headers: { 'content-type': 'application/x-www-form-urlencoded' }, body: content }),
+      );
+      assert.equal((await detail(id)).content, content);
+    });
+
+    it('takes the content from an urlencoded field content, paste or f:1', async () => {
+      for (const field of ['content', 'paste', 'f:1']) {
+        const content = `from ${field}: a=b&c=d + %41`;
+        const id = idFromTextAnswer(await cli('', { body: new URLSearchParams({ [field]: content }) }));
+        const data = await detail(id);
+        assert.equal(data.content, content, field);
+        assert.equal(data.content_type, 'text', field);
+      }
+    });
+
+    it('takes the content from a multipart field content, paste or f:1, and from f:1 as a file part', async () => {
+      for (const field of ['content', 'paste', 'f:1']) {
+        const form = new FormData();
+        const content = `multipart ${field}: a=b&c=d`;
+        form.append(field, content);
+        const id = idFromTextAnswer(await cli('', { body: form }));
+        const data = await detail(id);
+        assert.equal(data.content, content, field);
+        assert.equal(data.content_type, 'text', field);
+      }
+      const form = new FormData();
+      const content = 'file part content\nwith = and & kept\n';
+      form.append('f:1', new Blob([content], { type: 'text/plain' }), 'notes.txt');
+      const id = idFromTextAnswer(await cli('', { body: form }));
+      const data = await detail(id);
+      assert.equal(data.content, content);
+      assert.equal(data.content_type, 'text', 'a quick-create paste is text even from a file part (D10)');
+    });
+
+    it('takes expiry, title, lang and burn from the query', async () => {
+      const id = idFromTextAnswer(
+        await cli('?expiry=1h&title=Query%20title&lang=ocaml&burn=1', {
+          headers: { 'content-type': 'text/plain' },
+          body: 'just a few plain words\n',
+        }),
+      );
+      const data = await detail(id);
+      assert.equal(data.title, 'Query title');
+      assert.equal(data.language, 'ocaml');
+      assert.equal(data.burn_after_read, true);
+      assert.equal(toUtc(data.expires_at) - toUtc(data.created_at), 3_600_000);
+      // Default expiry is 1d.
+      const plain = idFromTextAnswer(await cli('', { headers: { 'content-type': 'text/plain' }, body: 'defaults' }));
+      const defaults = await detail(plain);
+      assert.equal(toUtc(defaults.expires_at) - toUtc(defaults.created_at), 86_400_000);
+      assert.equal(defaults.burn_after_read, false);
+    });
+
+    it('takes expiry, title, lang and burn from an urlencoded or multipart form', async () => {
+      const urlencoded = new URLSearchParams({
+        content: 'just a few plain words',
+        expiry: '10m',
+        title: 'Form title',
+        lang: 'erlang',
+        burn: 'yes',
+      });
+      const a = await detail(idFromTextAnswer(await cli('', { body: urlencoded })));
+      assert.equal(a.title, 'Form title');
+      assert.equal(a.language, 'erlang');
+      assert.equal(a.burn_after_read, true);
+      assert.equal(toUtc(a.expires_at) - toUtc(a.created_at), 600_000);
+
+      const form = new FormData();
+      form.append('expiry', 'never');
+      form.append('title', 'Multipart title');
+      form.append('lang', 'haskell');
+      form.append('burn', 'false');
+      form.append('f:1', new Blob(['just a few plain words\n'], { type: 'text/plain' }), 'words.txt');
+      const b = await detail(idFromTextAnswer(await cli('', { body: form })));
+      assert.equal(b.title, 'Multipart title');
+      assert.equal(b.language, 'haskell');
+      assert.equal(b.burn_after_read, false);
+      assert.equal(b.expires_at, null);
+    });
+
+    it('answers 201 text/plain "<base_url>/view/<id>\\n" for a view URL that works', async () => {
+      const result = await cli('', { headers: { 'content-type': 'text/plain' }, body: 'plain answer' });
+      assert.equal(result.headers.get('content-type'), 'text/plain; charset=utf-8');
+      const id = idFromTextAnswer(result);
+      const raw = await request(`${server.url}/raw/${id}`);
+      assert.equal(raw.status, 200);
+      assert.equal(raw.text, 'plain answer');
+    });
+
+    it('answers the create envelope of POST /api/v1/paste with Accept: application/json or json=1', async () => {
+      const reference = await request(`${server.url}/api/v1/paste`, {
+        method: 'POST',
+        headers: { 'x-api-key': key },
+        json: { content: 'reference paste' },
+      });
+      assert.equal(reference.status, 201);
+      const variants: Array<[string, Parameters<typeof request>[1]]> = [
+        ['', { headers: { 'content-type': 'text/plain', accept: 'application/json' }, body: 'json by accept' }],
+        ['?json=1', { headers: { 'content-type': 'text/plain' }, body: 'json by query' }],
+      ];
+      for (const [query, init] of variants) {
+        const result = await cli(query, init);
+        assert.equal(result.status, 201, result.text);
+        assert.match(result.headers.get('content-type') ?? '', /^application\/json/);
+        assert.deepEqual(Object.keys(result.body).sort(), Object.keys(reference.body).sort());
+        assert.equal(result.body.error, false);
+        assert.equal(typeof result.body.message, 'string');
+        assert.deepEqual(Object.keys(result.body.data).sort(), Object.keys(reference.body.data).sort());
+        const data = result.body.data;
+        assert.match(data.paste_id, /^[0-9A-Za-z]{10}$/);
+        assert.equal(data.url, `${BASE}/view/${data.paste_id}`);
+        assert.equal(data.raw_url, `${BASE}/raw/${data.paste_id}`);
+        assert.equal(data.download_url, `${BASE}/download/${data.paste_id}`);
+        assert.match(data.expires_at, /^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}$/);
+        assert.equal(data.burn_after_read, false);
+        assert.equal(data.encrypted, false);
+        assert.equal(data.downloadable, true);
+        assert.equal((await detail(data.paste_id)).sha256, data.sha256);
+      }
+    });
+  });
+
+  describe('POST /api/v1/cli: errors (D7)', () => {
+    it('refuses content shorter than 3 characters or only white space: 400 content_too_short', async () => {
+      expectError(await cli('', { headers: { 'content-type': 'text/plain' }, body: 'ab' }), 400, 'content_too_short');
+      expectError(
+        await cli('', { headers: { 'content-type': 'text/plain' }, body: ' \n\t  ' }),
+        400,
+        'content_too_short',
+      );
+      expectError(await cli('', { body: new URLSearchParams({ content: 'xy' }) }), 400, 'content_too_short');
+    });
+
+    it('accepts exactly 4 MiB and refuses 4 MiB + 1 byte: 413 content_too_large (raw, urlencoded raw, form)', async () => {
+      const exact = 'a'.repeat(4 * MiB);
+      const ok = await cli('?lang=text', { headers: { 'content-type': 'text/plain' }, body: exact });
+      assert.equal(ok.status, 201, ok.text);
+      const over = `${exact}b`;
+      expectError(await cli('', { headers: { 'content-type': 'text/plain' }, body: over }), 413, 'content_too_large');
+      expectError(
+        await cli('', { headers: { 'content-type': 'application/x-www-form-urlencoded' }, body: over }),
+        413,
+        'content_too_large',
+      );
+      expectError(await cli('', { body: new URLSearchParams({ content: over }) }), 413, 'content_too_large');
+      // Fewer than 4 Mi characters, but over 4 MiB of UTF-8: the limit is in bytes (D6).
+      const wide = 'é'.repeat(2 * MiB + 1);
+      expectError(await cli('', { headers: { 'content-type': 'text/plain' }, body: wide }), 413, 'content_too_large');
+      expectError(await cli('', { body: new URLSearchParams({ content: wide }) }), 413, 'content_too_large');
+    });
+
+    it('refuses a bad expiry (query and form) or burn value: 400 invalid_request naming it', async () => {
+      const a = expectError(
+        await cli('?expiry=5y', { headers: { 'content-type': 'text/plain' }, body: 'some content' }),
+        400,
+        'invalid_request',
+      );
+      assert.ok(
+        a.details?.some((d) => d.field === 'expiry'),
+        JSON.stringify(a),
+      );
+      const b = expectError(
+        await cli('', { body: new URLSearchParams({ content: 'some content', expiry: '1y' }) }),
+        400,
+        'invalid_request',
+      );
+      assert.ok(
+        b.details?.some((d) => d.field === 'expiry'),
+        JSON.stringify(b),
+      );
+      const c = expectError(
+        await cli('?burn=maybe', { headers: { 'content-type': 'text/plain' }, body: 'some content' }),
+        400,
+        'invalid_request',
+      );
+      assert.ok(
+        c.details?.some((d) => d.field === 'burn'),
+        JSON.stringify(c),
+      );
+    });
+
+    it('refuses an unknown parameter: 400 invalid_request naming it (query and form)', async () => {
+      const a = expectError(
+        await cli('?colour=red', { headers: { 'content-type': 'text/plain' }, body: 'some content' }),
+        400,
+        'invalid_request',
+      );
+      assert.ok(
+        a.details?.some((d) => d.field === 'colour'),
+        JSON.stringify(a),
+      );
+      const b = expectError(
+        await cli('', { body: new URLSearchParams({ content: 'some content', colour: 'red' }) }),
+        400,
+        'invalid_request',
+      );
+      assert.ok(
+        b.details?.some((d) => d.field === 'colour'),
+        JSON.stringify(b),
+      );
+      const form = new FormData();
+      form.append('content', 'some content');
+      form.append('password', 'not a quick-create parameter');
+      expectError(await cli('', { body: form }), 400, 'invalid_request');
+    });
+
+    it('refuses a body that is not UTF-8: 400 (invalid_request, or content_rejected when anonymous)', async () => {
+      const bytes = Buffer.from([0x68, 0x69, 0xff, 0xfe, 0x21, 0x21]);
+      const form = new FormData();
+      form.append('f:1', new Blob([bytes], { type: 'text/plain' }), 'latin1.txt');
+      const bodies: Array<Parameters<typeof request>[1]> = [
+        { headers: { 'content-type': 'text/plain' }, body: bytes },
+        { headers: { 'content-type': 'application/octet-stream' }, body: bytes },
+        { headers: { 'content-type': 'application/x-www-form-urlencoded' }, body: bytes },
+        { body: form },
+      ];
+      for (const init of bodies) {
+        // With a key the content check does not apply: the body is simply invalid.
+        expectError(
+          await cli('', { ...init, headers: { ...init?.headers, 'x-api-key': key } }),
+          400,
+          'invalid_request',
+        );
+        // Anonymously the content check may refuse it first (D7 content_rejected); either way a 400.
+        const anonymous = await cli('', init);
+        assert.equal(anonymous.status, 400, anonymous.text);
+        expectError(
+          anonymous,
+          400,
+          anonymous.body.code === 'content_rejected' ? 'content_rejected' : 'invalid_request',
+        );
+      }
+    });
+
+    it('refuses a raw body over 4 MiB while it streams, long before 50 MB are sent', async () => {
+      const total = 50 * 1_000_000;
+      const result = await streamLargeBody(`${server.url}/api/v1/cli`, total);
+      assert.equal(result.status, 413, `status ${result.status}, error ${result.error}, body ${result.body}`);
+      assert.equal(JSON.parse(result.body).code, 'content_too_large');
+      assert.ok(result.written < 20 * MiB, `wrote ${result.written} bytes before the answer`);
+    });
+  });
+
+  describe('POST /api/v1/cli: keys', () => {
+    it('without a key creates a paste with no owner (in no key list)', async () => {
+      const id = idFromTextAnswer(await cli('', { headers: { 'content-type': 'text/plain' }, body: 'anonymous one' }));
+      assert.ok(!(await listIds(key)).includes(id));
+      assert.ok(!(await listIds(otherKey)).includes(id));
+      assert.equal(pasteRow(id)?.owner_key_id, null);
+    });
+
+    it('with a valid key creates a paste owned by that key', async () => {
+      const id = idFromTextAnswer(
+        await cli('', { headers: { 'content-type': 'text/plain', 'x-api-key': key }, body: 'owned one' }),
+      );
+      assert.ok((await listIds(key)).includes(id));
+      assert.ok(!(await listIds(otherKey)).includes(id));
+    });
+
+    it('with an invalid key answers 403 api_key_invalid and creates nothing', async () => {
+      const countBefore = (() => {
+        const db = new Database(server.databasePath, { readonly: true });
+        try {
+          return (db.prepare('SELECT count(*) AS n FROM pastes').get() as { n: number }).n;
+        } finally {
+          db.close();
+        }
+      })();
+      for (const bad of [generateApiKey(), 'fp_not-a-key', `${key.slice(0, -1)}${key.endsWith('a') ? 'b' : 'a'}`]) {
+        expectError(
+          await cli('', { headers: { 'content-type': 'text/plain', 'x-api-key': bad }, body: 'never stored' }),
+          403,
+          'api_key_invalid',
+        );
+      }
+      const db = new Database(server.databasePath, { readonly: true });
+      try {
+        assert.equal((db.prepare('SELECT count(*) AS n FROM pastes').get() as { n: number }).n, countBefore);
+      } finally {
+        db.close();
+      }
+    });
+  });
+
+  describe('GET /api/v1/cli', () => {
+    it('answers plain-text usage with curl lines naming BASE_URL, and JSON on json=1', async () => {
+      const text = await request(`${server.url}/api/v1/cli`);
+      assert.equal(text.status, 200);
+      assert.match(text.headers.get('content-type') ?? '', /^text\/plain/);
+      const curlLines = text.text.split('\n').filter((line) => line.includes('curl '));
+      assert.ok(curlLines.length >= 2, text.text);
+      for (const line of curlLines) assert.ok(line.includes(`${BASE}/api/v1/cli`), line);
+      assert.ok(!text.text.includes('localhost'), 'usage names another address than BASE_URL');
+
+      const json = await request(`${server.url}/api/v1/cli?json=1`);
+      assert.equal(json.status, 200);
+      assert.match(json.headers.get('content-type') ?? '', /^application\/json/);
+      assert.equal(json.body.error, false);
+      assert.ok(JSON.stringify(json.body.data).includes(`${BASE}/api/v1/cli`));
+
+      const byAccept = await request(`${server.url}/api/v1/cli`, { headers: { accept: 'application/json' } });
+      assert.match(byAccept.headers.get('content-type') ?? '', /^application\/json/);
+    });
+  });
+
+  describe('web pages', () => {
+    it('/view escapes content and title and links to /raw and /download', async () => {
+      const title = '<img src=x onerror=alert(1)>';
+      const content = '<script>alert(1)</script>\n"quoted" & \'single\'';
+      for (const language of ['html', 'plaintext-nope', null]) {
+        const json: Record<string, unknown> = { content, title };
+        if (language !== null) json.language = language;
+        const id = await apiCreate(json);
+        const page = await request(`${server.url}/view/${id}`);
+        assert.equal(page.status, 200);
+        assert.match(page.headers.get('content-type') ?? '', /^text\/html/);
+        assert.ok(!page.text.includes('<script'), `a script tag on a plain paste page (language ${language})`);
+        assert.ok(!page.text.includes('<img'), 'the title is not escaped');
+        assert.ok(!page.text.includes('onerror=alert(1)>'), 'the title is not escaped');
+        assert.ok(page.text.includes('&lt;img src=x onerror=alert(1)&gt;'), 'the title is missing');
+        assert.ok(page.text.includes(`href="${BASE}/raw/${id}"`), 'no link to /raw');
+        assert.ok(page.text.includes(`href="${BASE}/download/${id}"`), 'no link to /download');
+      }
+    });
+
+    it('a burn paste: GET /view asks to confirm and consumes nothing; POST confirm=1 shows it once, then 404', async () => {
+      const content = 'secret burn content 1234';
+      const id = await apiCreate({ content, burn: true });
+      for (let i = 0; i < 3; i++) {
+        const page = await request(`${server.url}/view/${id}`);
+        assert.equal(page.status, 200);
+        assert.ok(!textOf(page.text).includes(content), 'GET /view delivered a view-once paste');
+        assert.match(page.text, /<form[^>]*method="post"/i);
+        assert.ok(page.text.includes('name="confirm"'));
+      }
+      const head = await fetch(`${server.url}/view/${id}`, { method: 'HEAD' });
+      assert.equal(head.status, 200);
+      // A POST without the confirmation is refused and consumes nothing either.
+      const unconfirmed = await request(`${server.url}/view/${id}`, { method: 'POST', body: new URLSearchParams() });
+      assert.equal(unconfirmed.status, 400);
+      assert.ok(await server.services.pastes.peek(id), 'the paste was consumed before the confirmation');
+
+      const shown = await request(`${server.url}/view/${id}`, {
+        method: 'POST',
+        body: new URLSearchParams({ confirm: '1' }),
+      });
+      assert.equal(shown.status, 200);
+      assert.ok(textOf(shown.text).includes(content));
+      const again = await request(`${server.url}/view/${id}`, {
+        method: 'POST',
+        body: new URLSearchParams({ confirm: '1' }),
+      });
+      assert.equal(again.status, 404);
+      assert.ok(!textOf(again.text).includes(content));
+      assert.equal((await request(`${server.url}/view/${id}`)).status, 404);
+      assert.equal((await request(`${server.url}/raw/${id}`)).status, 404);
+    });
+
+    it('a password paste: GET /view shows a POST form with a password input; wrong → 403 page, right → content', async () => {
+      const content = 'password protected content 5678';
+      const id = await apiCreate({ content, password: 'hunter2' });
+      const gate = await request(`${server.url}/view/${id}`);
+      assert.equal(gate.status, 200);
+      assert.ok(!textOf(gate.text).includes(content));
+      assert.match(gate.text, /<form[^>]*method="post"/i);
+      assert.match(gate.text, /<input[^>]*type="password"[^>]*name="password"/);
+      assert.ok(!gate.text.includes('hunter2'));
+
+      const wrong = await request(`${server.url}/view/${id}`, {
+        method: 'POST',
+        body: new URLSearchParams({ confirm: '1', password: 'wrong' }),
+      });
+      assert.equal(wrong.status, 403);
+      assert.match(wrong.headers.get('content-type') ?? '', /^text\/html/);
+      assert.ok(!textOf(wrong.text).includes(content));
+
+      const right = await request(`${server.url}/view/${id}`, {
+        method: 'POST',
+        body: new URLSearchParams({ confirm: '1', password: 'hunter2' }),
+      });
+      assert.equal(right.status, 200);
+      assert.ok(textOf(right.text).includes(content));
+      // Raw takes the password in the header only.
+      assert.equal((await request(`${server.url}/raw/${id}`)).status, 403);
+      assert.equal((await request(`${server.url}/raw/${id}?password=hunter2`)).status, 403);
+      const raw = await request(`${server.url}/raw/${id}`, { headers: { 'x-paste-password': 'hunter2' } });
+      assert.equal(raw.status, 200);
+      assert.equal(raw.text, content);
+    });
+
+    it('a burn paste with a password: a wrong password consumes nothing, the right one shows it once', async () => {
+      const content = 'burn and password 9012';
+      const id = await apiCreate({ content, password: 'pw-right', burn: true });
+      const gate = await request(`${server.url}/view/${id}`);
+      assert.equal(gate.status, 200);
+      assert.match(gate.text, /<input[^>]*type="password"/);
+      for (const password of ['pw-wrong', '']) {
+        const refused = await request(`${server.url}/view/${id}`, {
+          method: 'POST',
+          body: new URLSearchParams({ confirm: '1', password }),
+        });
+        assert.equal(refused.status, 403, `password ${JSON.stringify(password)}`);
+        assert.ok(!textOf(refused.text).includes(content));
+      }
+      assert.equal((await request(`${server.url}/raw/${id}`, { headers: { 'x-paste-password': 'nope' } })).status, 403);
+      const shown = await request(`${server.url}/view/${id}`, {
+        method: 'POST',
+        body: new URLSearchParams({ confirm: '1', password: 'pw-right' }),
+      });
+      assert.equal(shown.status, 200, 'a refused attempt consumed the paste');
+      assert.ok(textOf(shown.text).includes(content));
+      const later = await request(`${server.url}/view/${id}`, {
+        method: 'POST',
+        body: new URLSearchParams({ confirm: '1', password: 'pw-right' }),
+      });
+      assert.equal(later.status, 404);
+    });
+
+    it('an encrypted paste page carries the ciphertext and loads /static/view.js, never the key', async () => {
+      const { wire, key: e2eKey } = await encryptForTest('plaintext never seen by the server');
+      const created = await request(`${server.url}/api/v1/paste`, {
+        method: 'POST',
+        headers: { 'x-api-key': key },
+        json: { content: wire, encrypt: true, key: e2eKey },
+      });
+      assert.equal(created.status, 201);
+      assert.equal(created.body.data.url, `${BASE}/view/${created.body.data.paste_id}#${e2eKey}`);
+      const page = await request(`${server.url}/view/${created.body.data.paste_id}`);
+      assert.equal(page.status, 200);
+      assert.ok(page.text.includes(wire), 'the ciphertext is not on the page');
+      assert.match(page.text, /<script src="\/static\/view\.js"><\/script>/);
+      assert.ok(!page.text.includes(e2eKey), 'the decryption key is on the page');
+      assert.ok(!page.text.includes('plaintext never seen'));
+      const row = pasteRow(created.body.data.paste_id);
+      assert.ok(row && !Object.values(row).some((v) => typeof v === 'string' && v.includes(e2eKey)), 'key stored');
+    });
+
+    it('serves /static/view.js and /static/style.css', async () => {
+      const js = await request(`${server.url}/static/view.js`);
+      assert.equal(js.status, 200);
+      assert.match(js.headers.get('content-type') ?? '', /javascript/);
+      assert.equal(js.text, readFileSync(new URL('../src/http/web/static/view.js', import.meta.url), 'utf8'));
+      const css = await request(`${server.url}/static/style.css`);
+      assert.equal(css.status, 200);
+      assert.match(css.headers.get('content-type') ?? '', /^text\/css/);
+      assert.equal(css.text, readFileSync(new URL('../src/http/web/static/style.css', import.meta.url), 'utf8'));
+      expectError(await request(`${server.url}/static/nothing.js`), 404, 'not_found');
+    });
+
+    it('/download names the file <id>.txt, the upload name, or <id>.fpe1', async () => {
+      const textId = await apiCreate({ content: 'download me' });
+      const text = await request(`${server.url}/download/${textId}`);
+      assert.equal(text.status, 200);
+      assert.equal(filenameOf(text), `${textId}.txt`);
+      assert.equal(text.text, 'download me');
+
+      const form = new FormData();
+      form.append('file', new Blob(['# Notes\n\nsome markdown\n'], { type: 'text/markdown' }), 'my-notes.md');
+      const upload = await request(`${server.url}/api/v1/paste`, {
+        method: 'POST',
+        headers: { 'x-api-key': key },
+        body: form,
+      });
+      assert.equal(upload.status, 201, upload.text);
+      const uploaded = await request(`${server.url}/download/${upload.body.data.paste_id}`);
+      assert.equal(uploaded.status, 200);
+      assert.equal(filenameOf(uploaded), 'my-notes.md');
+
+      const { wire } = await encryptForTest('downloadable secret');
+      const encId = await apiCreate({ content: wire, encrypt: true, downloadable: true });
+      const enc = await request(`${server.url}/download/${encId}`);
+      assert.equal(enc.status, 200);
+      assert.equal(filenameOf(enc), `${encId}.fpe1`);
+      assert.equal(enc.text, wire);
+    });
+
+    it('/download of a non-downloadable encrypted paste is 403 not_downloadable and consumes nothing', async () => {
+      const { wire } = await encryptForTest('not downloadable');
+      const id = await apiCreate({ content: wire, encrypt: true, burn: true });
+      for (let i = 0; i < 2; i++) {
+        const refused = await request(`${server.url}/download/${id}`);
+        expectError(refused, 403, 'not_downloadable');
+        assert.equal(refused.headers.get('content-disposition'), null);
+      }
+      const raw = await request(`${server.url}/raw/${id}`);
+      assert.equal(raw.status, 200, 'the refused /download consumed the view-once paste');
+      assert.equal(raw.text, wire);
+    });
+
+    it('/raw of an encrypted paste is its fpe1 string as text/plain', async () => {
+      const { wire } = await encryptForTest('raw ciphertext');
+      const id = await apiCreate({ content: wire, encrypt: true });
+      const raw = await request(`${server.url}/raw/${id}`);
+      assert.equal(raw.status, 200);
+      assert.equal(raw.headers.get('content-type'), 'text/plain; charset=utf-8');
+      assert.equal(raw.text, wire);
+      assert.match(raw.text, /^fpe1:/);
+    });
+
+    it('an unknown /view answers an HTML 404 page to a browser', async () => {
+      const page = await request(`${server.url}/view/unknownid`, { headers: { accept: 'text/html' } });
+      assert.equal(page.status, 404);
+      assert.match(page.headers.get('content-type') ?? '', /^text\/html/);
+      assert.match(page.text, /<!doctype html>/i);
+      assertSecurityHeaders(page, 'HTML 404');
+    });
+  });
+
+  describe('security headers', () => {
+    it('are on a page, an API JSON answer, raw text, static files and errors', async () => {
+      const id = await apiCreate({ content: 'headers everywhere' });
+      const answers: Array<[string, Result]> = [
+        ['page', await request(`${server.url}/view/${id}`)],
+        ['home', await request(`${server.url}/`)],
+        ['archive', await request(`${server.url}/archive`)],
+        ['sitemap', await request(`${server.url}/sitemap.xml`)],
+        ['API JSON', await request(`${server.url}/api/v1/paste/${id}`, { headers: { 'x-api-key': key } })],
+        ['API raw', await request(`${server.url}/api/v1/paste/${id}/raw`, { headers: { 'x-api-key': key } })],
+        ['raw', await request(`${server.url}/raw/${id}`)],
+        ['download', await request(`${server.url}/download/${id}`)],
+        ['static', await request(`${server.url}/static/view.js`)],
+        ['cli usage', await request(`${server.url}/api/v1/cli`)],
+        ['404 JSON', await request(`${server.url}/api/v1/paste/nope12345`, { headers: { 'x-api-key': key } })],
+        ['404 route', await request(`${server.url}/no/such/address`)],
+        ['401', await request(`${server.url}/api/v1/pastes`)],
+        ['405', await request(`${server.url}/api/v1/cli`, { method: 'DELETE' })],
+        ['413', await cli('', { headers: { 'content-type': 'text/plain' }, body: 'x'.repeat(4 * MiB + 1) })],
+      ];
+      for (const [what, result] of answers) {
+        assert.ok(result.status !== 500, `${what}: 500`);
+        assertSecurityHeaders(result, what);
+      }
+    });
+
+    it('are on the 404 of a malformed or over-long address too (page and JSON)', async () => {
+      const paths = ['/view/%zz', '/raw/%E0%A4%A', '/api/v1/paste/%zz', `/view/${'a'.repeat(300)}`];
+      for (const path of paths) {
+        for (const accept of ['text/html', 'application/json']) {
+          const result = await request(`${server.url}${path}`, { headers: { accept, 'x-api-key': key } });
+          assert.ok(result.status >= 400 && result.status < 500, `${path}: ${result.status}`);
+          assertSecurityHeaders(result, `${path.slice(0, 20)} (${accept}) ${result.status}`);
+        }
+      }
+    });
+  });
+
+  describe('errors through HTTP (D7)', () => {
+    it('invalid_request for an unknown JSON field and for malformed JSON', async () => {
+      const unknown = expectError(
+        await request(`${server.url}/api/v1/paste`, {
+          method: 'POST',
+          headers: { 'x-api-key': key },
+          json: { content: 'hello there', colour: 'red' },
+        }),
+        400,
+        'invalid_request',
+      );
+      assert.ok(unknown.details?.some((d) => d.field === 'colour'));
+      expectError(
+        await request(`${server.url}/api/v1/paste`, {
+          method: 'POST',
+          headers: { 'x-api-key': key, 'content-type': 'application/json' },
+          body: '{"content": ',
+        }),
+        400,
+        'invalid_request',
+      );
+    });
+
+    it('not_found for an unknown paste and an unknown route', async () => {
+      expectError(
+        await request(`${server.url}/api/v1/paste/doesnotexist`, { headers: { 'x-api-key': key } }),
+        404,
+        'not_found',
+      );
+      expectError(await request(`${server.url}/raw/doesnotexist`), 404, 'not_found');
+      expectError(await request(`${server.url}/download/doesnotexist`), 404, 'not_found');
+      expectError(await request(`${server.url}/view/doesnotexist`), 404, 'not_found');
+      expectError(await request(`${server.url}/api/v1/nothing`), 404, 'not_found');
+    });
+
+    it('method_not_allowed with an Allow header listing the methods of the path', async () => {
+      const cases: Array<[string, string, string[]]> = [
+        ['DELETE', '/api/v1/cli', ['GET', 'HEAD', 'POST']],
+        ['GET', '/api/v1/paste', ['POST']],
+        ['POST', '/api/v1/paste/abcdef1234', ['DELETE', 'GET', 'HEAD', 'PUT']],
+        ['PUT', '/api/v1/pastes', ['GET', 'HEAD']],
+        ['POST', '/raw/abcdef1234', ['GET', 'HEAD']],
+        ['DELETE', '/view/abcdef1234', ['GET', 'HEAD', 'POST']],
+      ];
+      for (const [method, path, allow] of cases) {
+        const result = await request(`${server.url}${path}`, { method });
+        expectError(result, 405, 'method_not_allowed');
+        assert.deepEqual(allowOf(result), allow, `${method} ${path}`);
+      }
+    });
+
+    it('api_key_missing 401 and api_key_invalid 403 on the API', async () => {
+      expectError(await request(`${server.url}/api/v1/pastes`), 401, 'api_key_missing');
+      expectError(
+        await request(`${server.url}/api/v1/pastes`, { headers: { 'x-api-key': generateApiKey() } }),
+        403,
+        'api_key_invalid',
+      );
+      expectError(
+        await request(`${server.url}/api/v1/pastes`, { headers: { 'x-api-key': 'fp_short' } }),
+        403,
+        'api_key_invalid',
+      );
+      // content_too_short, content_too_large: see the quick-create errors above; api_disabled: below.
+    });
+
+    it('a gzip Content-Encoding is a 400 envelope, never a 500', async () => {
+      // Even when the bytes happen to be readable text, they are not stored as if uncompressed.
+      expectError(
+        await cli('', { headers: { 'content-type': 'text/plain', 'content-encoding': 'gzip' }, body: 'not gzip' }),
+        400,
+        'invalid_request',
+      );
+      const gz = gzipSync(Buffer.from('compressed content here'));
+      expectError(
+        await cli('', { headers: { 'content-type': 'text/plain', 'content-encoding': 'gzip' }, body: gz }),
+        400,
+        'invalid_request',
+      );
+      expectError(
+        await request(`${server.url}/api/v1/paste`, {
+          method: 'POST',
+          headers: { 'x-api-key': key, 'content-type': 'application/json', 'content-encoding': 'gzip' },
+          body: gzipSync(Buffer.from(JSON.stringify({ content: 'compressed json' }))),
+        }),
+        400,
+        'invalid_request',
+      );
+    });
+  });
+
+  describe('TRUST_PROXY', () => {
+    it('is off by default: X-Forwarded-For is ignored', async () => {
+      const id = idFromTextAnswer(
+        await cli('', {
+          headers: { 'content-type': 'text/plain', 'x-forwarded-for': '203.0.113.9' },
+          body: 'who made me',
+        }),
+      );
+      assert.equal(pasteRow(id)?.creator_ip, '127.0.0.1');
+    });
+  });
+});
+
+describe('TRUST_PROXY=true', () => {
+  let server: TestServer;
+  before(async () => {
+    server = await startServer({ env: { ...ENV, TRUST_PROXY: 'true' } });
+  });
+  after(() => server.close());
+
+  it('takes the client address from X-Forwarded-For', async () => {
+    const result = await request(`${server.url}/api/v1/cli`, {
+      method: 'POST',
+      headers: { 'content-type': 'text/plain', 'x-forwarded-for': '203.0.113.9' },
+      body: 'who made me',
+    });
+    const id = idFromTextAnswer(result);
+    const db = new Database(server.databasePath, { readonly: true });
+    try {
+      const row = db.prepare('SELECT creator_ip FROM pastes WHERE id = ?').get(id) as { creator_ip: string };
+      assert.equal(row.creator_ip, '203.0.113.9');
+    } finally {
+      db.close();
+    }
+  });
+});
+
+describe('ANONYMOUS_CLI=false', () => {
+  let server: TestServer;
+  before(async () => {
+    server = await startServer({ env: { ...ENV, ANONYMOUS_CLI: 'false' } });
+  });
+  after(() => server.close());
+
+  it('refuses a keyless quick-create with 401 api_key_missing and accepts a keyed one', async () => {
+    const key = await server.createKey();
+    expectError(
+      await request(`${server.url}/api/v1/cli`, {
+        method: 'POST',
+        headers: { 'content-type': 'text/plain' },
+        body: 'no key here',
+      }),
+      401,
+      'api_key_missing',
+    );
+    const keyed = await request(`${server.url}/api/v1/cli`, {
+      method: 'POST',
+      headers: { 'content-type': 'text/plain', 'x-api-key': key },
+      body: 'with a key',
+    });
+    idFromTextAnswer(keyed);
+  });
+});
+
+describe('API_ENABLED=false', () => {
+  let server: TestServer;
+  before(async () => {
+    server = await startServer({ env: { ...ENV, API_ENABLED: 'false' } });
+  });
+  after(() => server.close());
+
+  it('answers 503 api_disabled on every /api/v1 route while /raw and /view still work', async () => {
+    const key = await server.createKey();
+    const { paste } = await server.services.pastes.create(parseCreateInput({ content: 'still readable' }, 'json'), {
+      ownerKeyId: null,
+      source: 'web',
+      ip: null,
+    });
+    const routes: Array<[string, string, Parameters<typeof request>[1]?]> = [
+      ['GET', '/api/v1/cli'],
+      ['POST', '/api/v1/cli', { headers: { 'content-type': 'text/plain' }, body: 'quick create' }],
+      ['POST', '/api/v1/paste', { json: { content: 'json create' } }],
+      ['GET', `/api/v1/paste/${paste.id}`],
+      ['GET', `/api/v1/paste/${paste.id}/raw`],
+      ['PUT', `/api/v1/paste/${paste.id}`, { json: { title: 'new' } }],
+      ['DELETE', `/api/v1/paste/${paste.id}`],
+      ['GET', '/api/v1/pastes'],
+      ['GET', '/api/v1/nothing-here'],
+    ];
+    for (const [method, path, init] of routes) {
+      const variants: Array<Record<string, string>> = [{}, { 'x-api-key': key }];
+      for (const headers of variants) {
+        const result = await request(`${server.url}${path}`, {
+          method,
+          ...init,
+          headers: { ...init?.headers, ...headers },
+        });
+        expectError(result, 503, 'api_disabled');
+        assertSecurityHeaders(result, `503 ${method} ${path}`);
+      }
+    }
+    const raw = await request(`${server.url}/raw/${paste.id}`);
+    assert.equal(raw.status, 200);
+    assert.equal(raw.text, 'still readable');
+    assert.equal((await request(`${server.url}/view/${paste.id}`)).status, 200);
+  });
+});
+
+describe('/archive and /sitemap.xml (D22)', () => {
+  let server: TestServer;
+  let key: string;
+  let listed: string[] = [];
+  let unlisted: string[] = [];
+
+  before(async () => {
+    server = await startServer({ env: ENV });
+    key = await server.createKey();
+    const create = async (json: Record<string, unknown>) => {
+      const created = await request(`${server.url}/api/v1/paste`, {
+        method: 'POST',
+        headers: { 'x-api-key': key },
+        json,
+      });
+      assert.equal(created.status, 201, created.text);
+      server.clock.advance(1000);
+      return created.body.data.paste_id as string;
+    };
+    const expired = await create({ content: 'public but soon expired', public: true, expiry: '10m' });
+    server.clock.advance(11 * 60_000);
+    const { wire } = await encryptForTest('public encrypted');
+    const a = await create({ content: 'public one', public: true, title: 'Public A' });
+    const privateOne = await create({ content: 'private one' });
+    const b = await create({ content: 'public two', public: true });
+    const withPassword = await create({ content: 'public with password', public: true, password: 'pw' });
+    const burn = await create({ content: 'public burn', public: true, burn: true });
+    const encrypted = await create({ content: wire, encrypt: true, public: true });
+    const quick = await request(`${server.url}/api/v1/cli`, {
+      method: 'POST',
+      headers: { 'content-type': 'text/plain' },
+      body: 'quick-create paste',
+    });
+    const quickId = idFromTextAnswer(quick);
+    server.clock.advance(1000);
+    const c = await create({ content: 'public three', public: true, slug: 'public-three' });
+    listed = [c, b, a];
+    unlisted = [expired, privateOne, withPassword, burn, encrypted, quickId];
+  });
+  after(() => server.close());
+
+  it('/archive lists only public plain pastes, newest first', async () => {
+    const page = await request(`${server.url}/archive`);
+    assert.equal(page.status, 200);
+    assert.match(page.headers.get('content-type') ?? '', /^text\/html/);
+    const ids = [...page.text.matchAll(/href="(?:[^"]*)\/view\/([^"#]+)"/g)].map((m) => m[1]);
+    assert.deepEqual(ids, listed);
+    for (const id of unlisted) assert.ok(!page.text.includes(id), `${id} is on the archive`);
+  });
+
+  it('/sitemap.xml is XML with their /view URLs and no other paste', async () => {
+    const sitemap = await request(`${server.url}/sitemap.xml`);
+    assert.equal(sitemap.status, 200);
+    assert.match(sitemap.headers.get('content-type') ?? '', /xml/);
+    assert.match(sitemap.text, /^<\?xml version="1\.0" encoding="UTF-8"\?>/);
+    assert.match(sitemap.text, /<urlset xmlns="http:\/\/www\.sitemaps\.org\/schemas\/sitemap\/0\.9">/);
+    const locs = [...sitemap.text.matchAll(/<loc>([^<]*)<\/loc>/g)].map((m) => m[1] as string);
+    const views = locs.filter((loc) => loc.includes('/view/'));
+    assert.deepEqual(
+      views,
+      listed.map((id) => `${BASE}/view/${id}`),
+    );
+    for (const loc of locs) assert.ok(loc.startsWith(`${BASE}/`), loc);
+    for (const id of unlisted) assert.ok(!sitemap.text.includes(id), `${id} is in the sitemap`);
+  });
+});
