@@ -4,7 +4,7 @@
  * database with one call and use inject or a real socket.
  */
 import { randomUUID } from 'node:crypto';
-import Fastify, { type FastifyInstance, type FastifyServerOptions } from 'fastify';
+import Fastify, { type FastifyInstance, type FastifyRequest, type FastifyServerOptions } from 'fastify';
 import FindMyWay, { type HTTPMethod } from 'find-my-way';
 import type { Config } from './config.js';
 import { AppError } from './errors.js';
@@ -42,6 +42,18 @@ export function loggerOptions(level: string): FastifyServerOptions['logger'] {
   };
 }
 
+/** Whether a request is for /api/v1, however its path is spelled (%61pi is api to the router). */
+function isApiRequest(request: FastifyRequest): boolean {
+  const route = request.routeOptions.url;
+  if (route && route !== '*') return route.startsWith('/api/');
+  const path = request.url.split('?')[0] ?? '';
+  let decoded = path;
+  try {
+    decoded = decodeURIComponent(path);
+  } catch {}
+  return decoded.startsWith('/api/');
+}
+
 export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   const { config, services } = deps;
   const app = Fastify({
@@ -70,7 +82,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   app.decorateRequest('apiKey', null);
   app.addHook('onRequest', async (request, reply) => {
     reply.headers(SECURITY_HEADERS);
-    if (!config.apiEnabled && request.url.startsWith('/api/v1')) {
+    if (!config.apiEnabled && isApiRequest(request)) {
       throw new AppError('api_disabled', 'The API is turned off on this server.');
     }
     const encoding = request.headers['content-encoding'];

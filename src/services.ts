@@ -42,12 +42,27 @@ function connectRedis(url: string): Redis {
   return redis;
 }
 
+/** Waits (a bounded time) for the first connection; until Redis answers, requests get 503. */
+function untilReady(redis: Redis, timeoutMs: number): Promise<void> {
+  if (redis.status === 'ready') return Promise.resolve();
+  return new Promise((resolve) => {
+    const timer = setTimeout(done, timeoutMs);
+    function done() {
+      clearTimeout(timer);
+      redis.off('ready', done);
+      resolve();
+    }
+    redis.once('ready', done);
+  });
+}
+
 export async function createServices(storage: Storage, options: ServiceOptions = {}): Promise<Services> {
   const clock = options.clock ?? systemClock;
   let redis: Redis | null = null;
   let counters: CounterStore;
   if (options.redisUrl) {
     redis = connectRedis(options.redisUrl);
+    await untilReady(redis, 5000);
     counters = redisCounters(redis);
   } else if (storage.sqlite) {
     counters = await sqliteCounters(storage.sqlite);

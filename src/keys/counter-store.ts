@@ -11,12 +11,22 @@ import {
   RateLimiterRes,
   RateLimiterSQLite,
 } from 'rate-limiter-flexible';
+import { AppError } from '../errors.js';
 
 export interface CounterStore {
   /** Adds one and returns the new count; the counter lives `ttlSeconds` from its first use. */
   increment(key: string, ttlSeconds: number): Promise<number>;
+  /** Takes one back (a request refused by another window is not counted). */
+  decrement(key: string, ttlSeconds: number): Promise<void>;
   /** The current count (0 when none). */
   read(key: string): Promise<number>;
+}
+
+/** The store did not answer: the request fails fast with 503 instead of hanging or a 500. */
+function unavailable(): AppError {
+  return new AppError('service_unavailable', 'The rate-limit store does not answer; try again in a moment.', {
+    headers: { 'retry-after': '2' },
+  });
 }
 
 /** Counts far past any limit: the limit is compared by the caller, per key. */
@@ -32,13 +42,25 @@ export class LimiterCounterStore implements CounterStore {
       return res.consumedPoints;
     } catch (err) {
       if (err instanceof RateLimiterRes) return err.consumedPoints;
-      throw err;
+      throw unavailable();
+    }
+  }
+
+  async decrement(key: string, ttlSeconds: number): Promise<void> {
+    try {
+      await this.limiter.reward(key, 1, { customDuration: ttlSeconds });
+    } catch {
+      throw unavailable();
     }
   }
 
   async read(key: string): Promise<number> {
-    const res = await this.limiter.get(key);
-    return res?.consumedPoints ?? 0;
+    try {
+      const res = await this.limiter.get(key);
+      return res?.consumedPoints ?? 0;
+    } catch {
+      throw unavailable();
+    }
   }
 }
 

@@ -6,6 +6,7 @@ import { randomBytes } from 'node:crypto';
 import type { Clock } from '../clock.js';
 import { AppError } from '../errors.js';
 import type { ApiKeyRow, KeyRepository } from '../storage/key-repository.js';
+import { checkWebhookUrl, type GuardOptions } from '../webhooks/address-guard.js';
 import { apiKeyDigest, generateApiKey, isWellFormedApiKey } from './api-key-format.js';
 
 /** A key as the rest of the code sees it: never the secret, never the digest. */
@@ -15,6 +16,8 @@ export interface ApiKey {
   active: boolean;
   limits: { hourly: number; daily: number; monthly: number };
   webhookUrl: string | null;
+  /** False after a receiver answered 410, until the URL is set again. */
+  webhookActive: boolean;
   createdAt: number;
 }
 
@@ -33,6 +36,7 @@ function toApiKey(row: ApiKeyRow): ApiKey {
     active: row.active === 1,
     limits: { hourly: row.hourly_limit, daily: row.daily_limit, monthly: row.monthly_limit },
     webhookUrl: row.webhook_url,
+    webhookActive: row.webhook_active === 1,
     createdAt: row.created_at,
   };
 }
@@ -49,6 +53,7 @@ export class KeyService {
   constructor(
     private readonly keys: KeyRepository,
     private readonly clock: Clock,
+    private readonly webhookGuard: GuardOptions = { allowPrivate: false },
   ) {}
 
   /** Creates a key; the returned secret is shown once and never stored. */
@@ -59,8 +64,8 @@ export class KeyService {
     }
     const key = generateApiKey();
     const webhookUrl = options.webhookUrl ?? null;
-    if (webhookUrl !== null) checkWebhookUrlShape(webhookUrl);
-    const webhookSecret = webhookUrl ? `whsec_${randomBytes(24).toString('base64')}` : null;
+    if (webhookUrl !== null) await checkWebhookUrl(webhookUrl, this.webhookGuard);
+    const webhookSecret = webhookUrl ? newWebhookSecret() : null;
     const row: ApiKeyRow = {
       id: `k_${randomBytes(6).toString('hex')}`,
       name,
@@ -71,10 +76,11 @@ export class KeyService {
       monthly_limit: checkLimit('monthly', options.monthly),
       webhook_url: webhookUrl,
       webhook_secret: webhookSecret,
+      webhook_active: 1,
       created_at: this.clock(),
     };
     await this.keys.insert(row);
-    return { key, apiKey: toApiKey(row), webhookSecret };
+    return { key, apiKey: toApiKey({ ...row, webhook_active: 1 }), webhookSecret };
   }
 
   async list(): Promise<ApiKey[]> {
@@ -94,6 +100,19 @@ export class KeyService {
     if (!found) throw new AppError('not_found', `No API key "${idOrKey}".`);
     await this.keys.update(found.id, { active: active ? 1 : 0 });
     return { ...found, active };
+  }
+
+  /**
+   * Sets (and re-activates) or clears a key's webhook. Setting it creates a new signing secret,
+   * returned once; the URL must pass the address guard (D21).
+   */
+  async setWebhook(idOrKey: string, url: string | null): Promise<{ apiKey: ApiKey; secret: string | null }> {
+    const found = await this.find(idOrKey);
+    if (!found) throw new AppError('not_found', `No API key "${idOrKey}".`);
+    if (url !== null) await checkWebhookUrl(url, this.webhookGuard);
+    const secret = url === null ? null : newWebhookSecret();
+    await this.keys.update(found.id, { webhook_url: url, webhook_secret: secret, webhook_active: 1 });
+    return { apiKey: { ...found, webhookUrl: url, webhookActive: true }, secret };
   }
 
   /** Sets a key's three limits (0 = unlimited); the ones not given stay as they are. */
@@ -131,14 +150,7 @@ export class KeyService {
   }
 }
 
-function checkWebhookUrlShape(url: string): void {
-  let parsed: URL;
-  try {
-    parsed = new URL(url);
-  } catch {
-    throw new AppError('invalid_request', `The webhook URL "${url}" is not a URL.`);
-  }
-  if (parsed.protocol !== 'http:' && parsed.protocol !== 'https:') {
-    throw new AppError('invalid_request', 'A webhook URL must use http or https.');
-  }
+/** A Standard Webhooks signing secret: `whsec_` + base64 of 32 random bytes. */
+function newWebhookSecret(): string {
+  return `whsec_${randomBytes(32).toString('base64')}`;
 }

@@ -8,7 +8,7 @@
 import type { Clock } from '../clock.js';
 import { AppError } from '../errors.js';
 import type { CounterStore } from './counter-store.js';
-import { WINDOW_KINDS, WINDOW_SECONDS, type WindowKind, windowAt } from './quota-windows.js';
+import { WINDOW_KINDS, type WindowKind, windowAt } from './quota-windows.js';
 
 export interface Limits {
   hourly: number;
@@ -25,12 +25,19 @@ export interface WindowState {
   resetSeconds: number;
 }
 
+interface Counted extends WindowState {
+  key: string;
+  ttlSeconds: number;
+  /** Length of this window in seconds (a month's varies). */
+  lengthSeconds: number;
+}
+
 function counterKey(subject: string, kind: WindowKind, start: number): string {
   return `${subject}:${kind}:${new Date(start).toISOString().slice(0, 13)}`;
 }
 
 /** The headers of D20 for the limited windows; none when nothing is limited. */
-export function quotaHeaders(windows: WindowState[]): Record<string, string> {
+export function quotaHeaders(windows: Array<WindowState & { lengthSeconds: number }>): Record<string, string> {
   if (windows.length === 0) return {};
   const nearest = windows.reduce((a, b) =>
     b.remaining < a.remaining || (b.remaining === a.remaining && b.resetSeconds < a.resetSeconds) ? b : a,
@@ -39,7 +46,7 @@ export function quotaHeaders(windows: WindowState[]): Record<string, string> {
     'ratelimit-limit': String(nearest.limit),
     'ratelimit-remaining': String(nearest.remaining),
     'ratelimit-reset': String(nearest.resetSeconds),
-    'ratelimit-policy': windows.map((w) => `"${w.kind}";q=${w.limit};w=${WINDOW_SECONDS[w.kind]}`).join(', '),
+    'ratelimit-policy': windows.map((w) => `"${w.kind}";q=${w.limit};w=${w.lengthSeconds}`).join(', '),
     ratelimit: windows.map((w) => `"${w.kind}";r=${w.remaining};t=${w.resetSeconds}`).join(', '),
   };
 }
@@ -58,16 +65,35 @@ export class QuotaService {
     const now = this.clock();
     const limited = WINDOW_KINDS.filter((kind) => limits[kind] > 0);
     const windows = await Promise.all(
-      limited.map(async (kind): Promise<WindowState> => {
+      limited.map(async (kind): Promise<Counted> => {
         const bounds = windowAt(kind, now);
         const resetSeconds = Math.max(1, Math.ceil((bounds.end - now) / 1000));
+        const key = counterKey(subject, kind, bounds.start);
         // The counter outlives its window by a minute, so clocks a little apart still agree.
-        const used = await this.counters.increment(counterKey(subject, kind, bounds.start), resetSeconds + 60);
-        return { kind, limit: limits[kind], used, remaining: Math.max(0, limits[kind] - used), resetSeconds };
+        const ttlSeconds = resetSeconds + 60;
+        const used = await this.counters.increment(key, ttlSeconds);
+        const limit = limits[kind];
+        const lengthSeconds = (bounds.end - bounds.start) / 1000;
+        return {
+          kind,
+          limit,
+          used,
+          remaining: Math.max(0, limit - used),
+          resetSeconds,
+          key,
+          ttlSeconds,
+          lengthSeconds,
+        };
       }),
     );
-    const headers = quotaHeaders(windows);
     const exhausted = windows.filter((w) => w.used > w.limit);
+    if (exhausted.length > 0) {
+      // A refused request is served nothing, so it uses up nothing: each count is taken back,
+      // and a client retrying on 429 does not burn its daily or monthly budget.
+      await Promise.all(windows.map((w) => this.counters.decrement(w.key, w.ttlSeconds)));
+      for (const w of windows) w.remaining = Math.max(0, w.limit - (w.used - 1));
+    }
+    const headers = quotaHeaders(windows);
     if (exhausted.length > 0) {
       const retryAfter = Math.max(...exhausted.map((w) => w.resetSeconds));
       const names = exhausted.map((w) => w.kind).join(' and ');

@@ -27,10 +27,3 @@ export function windowAt(kind: WindowKind, now: number): WindowBounds {
       return { start: Date.UTC(y, m, 1), end: Date.UTC(y, m + 1, 1) };
   }
 }
-
-/** The nominal length of a window in seconds, for the `w` of RateLimit-Policy. */
-export const WINDOW_SECONDS: Record<WindowKind, number> = {
-  hourly: 3600,
-  daily: 86_400,
-  monthly: 2_592_000,
-};

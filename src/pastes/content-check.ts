@@ -17,7 +17,10 @@ const BINARY_CONTROL_SHARE = 0.05;
 export class ContentChecker {
   constructor(private readonly patterns: RegExp[] = []) {}
 
-  /** Loads one regular expression per line (blank lines and lines starting with # skipped). */
+  /**
+   * Loads one regular expression per line (blank lines and lines starting with # skipped),
+   * matched case-insensitively, with ^ and $ at line boundaries.
+   */
   static fromFile(path: string | null): ContentChecker {
     if (!path) return new ContentChecker();
     const lines = readFileSync(path, 'utf8').split(/\r?\n/);
@@ -26,7 +29,7 @@ export class ContentChecker {
       const text = line.trim();
       if (text === '' || text.startsWith('#')) continue;
       try {
-        patterns.push(new RegExp(text, 'iu'));
+        patterns.push(new RegExp(text, 'imu'));
       } catch {
         throw new Error(`${path}:${index + 1}: not a valid regular expression`);
       }

@@ -80,6 +80,23 @@ export class PastePresenter {
     };
   }
 
+  /** The body of the paste_created webhook (api-v1.md, Events; D4, D10, D21). */
+  webhookEvent(paste: Paste, keyName: string) {
+    return {
+      event: 'paste_created',
+      paste_id: paste.id,
+      type: paste.contentType,
+      source: paste.source,
+      api_key_name: keyName,
+      url: this.viewUrl(paste.id),
+      raw_url: this.rawUrl(paste.id),
+      download_url: this.downloadUrl(paste),
+      expires_at: timestamp(paste.expiresAt),
+      created_at: formatTimestamp(paste.createdAt),
+      ip: paste.creatorIp,
+    };
+  }
+
   /** `data` of PUT /api/v1/paste/{id}. */
   updated(paste: Paste, key?: string) {
     return { paste_id: paste.id, url: this.viewUrl(paste.id, key), encrypted: paste.encrypted };

@@ -7,7 +7,9 @@ import { createHash } from 'node:crypto';
 import { RateLimiterMemory, RateLimiterRes } from 'rate-limiter-flexible';
 import type { Clock } from '../clock.js';
 import { AppError, notFound } from '../errors.js';
+import type { ApiKey } from '../keys/key-service.js';
 import type { PasteChanges, PasteRepository, PasteSummary } from '../storage/paste-repository.js';
+import type { WebhookOutbox } from '../webhooks/webhook-outbox.js';
 import { expiresAt } from './expiry.js';
 import { detectLanguage } from './language.js';
 import { hashPassword, verifyPassword } from './passwords.js';
@@ -16,7 +18,8 @@ import { generatePasteId, suffixedSlug } from './paste-ids.js';
 import type { CreateInput, UpdateInput } from './paste-input.js';
 
 export interface CreateContext {
-  ownerKeyId: string | null;
+  /** The key that creates the paste (its owner), or null for an anonymous quick-create. */
+  owner: ApiKey | null;
   source: Paste['source'];
   ip: string | null;
   /** Present for an uploaded file: its safe name. */
@@ -58,6 +61,7 @@ export class PasteService {
   constructor(
     private readonly pastes: PasteRepository,
     private readonly clock: Clock,
+    private readonly outbox: WebhookOutbox | null = null,
   ) {}
 
   async create(input: CreateInput, context: CreateContext): Promise<Created> {
@@ -71,7 +75,7 @@ export class PasteService {
           : detectLanguage(input.content, filename);
     const paste: Paste = {
       id: '',
-      ownerKeyId: context.ownerKeyId,
+      ownerKeyId: context.owner?.id ?? null,
       title: input.title ?? filename,
       description: input.description,
       content: input.content,
@@ -92,19 +96,32 @@ export class PasteService {
       creatorIp: context.ip,
     };
 
+    // The webhook announcement is queued in the same transaction as the paste (D21).
+    const owner = context.owner;
+    const outbox = this.outbox;
+    const announce =
+      outbox?.announces(owner) && owner
+        ? (trx: Parameters<WebhookOutbox['enqueue']>[0], stored: Paste) =>
+            outbox.enqueue(trx, stored, owner as ApiKey & { webhookUrl: string })
+        : undefined;
+    const tryInsert = async (id: string): Promise<Paste | null> => {
+      const stored = { ...paste, id };
+      return (await this.pastes.insertIfFree(stored, announce && ((trx) => announce(trx, stored)))) ? stored : null;
+    };
+
+    let created: Created | null = null;
     if (input.slug !== undefined) {
       await this.pastes.deleteIfExpired(input.slug, now);
-      if (await this.pastes.insertIfFree({ ...paste, id: input.slug })) {
-        return { paste: { ...paste, id: input.slug }, slugTaken: false };
-      }
+      const stored = await tryInsert(input.slug);
+      if (stored) created = { paste: stored, slugTaken: false };
     }
-    for (let attempt = 0; attempt < ID_ATTEMPTS; attempt++) {
-      const id = input.slug !== undefined ? suffixedSlug(input.slug) : generatePasteId();
-      if (await this.pastes.insertIfFree({ ...paste, id })) {
-        return { paste: { ...paste, id }, slugTaken: input.slug !== undefined };
-      }
+    for (let attempt = 0; created === null && attempt < ID_ATTEMPTS; attempt++) {
+      const stored = await tryInsert(input.slug !== undefined ? suffixedSlug(input.slug) : generatePasteId());
+      if (stored) created = { paste: stored, slugTaken: input.slug !== undefined };
     }
-    throw new Error(`no free paste id after ${ID_ATTEMPTS} attempts`);
+    if (created === null) throw new Error(`no free paste id after ${ID_ATTEMPTS} attempts`);
+    if (announce) outbox?.committed();
+    return created;
   }
 
   /** The live paste with no checks and no side effects, for deciding which page to show. */

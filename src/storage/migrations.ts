@@ -57,6 +57,60 @@ const migrations: Record<string, Migration> = {
       await sql`CREATE INDEX pastes_public_created ON pastes (created_at) WHERE is_public = 1`.execute(db);
     },
   },
+  '0002_webhook_outbox': {
+    async up(db: Kysely<unknown>) {
+      // A 410 from the receiver turns the key's webhook off until it is set again.
+      await db.schema
+        .alterTable('api_keys')
+        .addColumn('webhook_active', 'integer', (c) => c.notNull().defaultTo(1))
+        .execute();
+
+      // The outbox: one row per announcement, written in the same transaction as its paste.
+      await db.schema
+        .createTable('webhook_deliveries')
+        .addColumn('id', 'varchar(40)', (c) => c.primaryKey())
+        .addColumn('key_id', 'varchar(32)', (c) => c.notNull().references('api_keys.id'))
+        .addColumn('paste_id', 'varchar(80)', (c) => c.notNull())
+        .addColumn('url', 'text', (c) => c.notNull())
+        .addColumn('payload', 'text', (c) => c.notNull())
+        .addColumn('status', 'varchar(12)', (c) => c.notNull())
+        .addColumn('attempts', 'integer', (c) => c.notNull().defaultTo(0))
+        .addColumn('next_attempt_at', 'bigint', (c) => c.notNull())
+        .addColumn('locked_until', 'bigint')
+        .addColumn('locked_by', 'varchar(40)')
+        .addColumn('last_status_code', 'integer')
+        .addColumn('last_error', 'text')
+        .addColumn('created_at', 'bigint', (c) => c.notNull())
+        .addColumn('finished_at', 'bigint')
+        .execute();
+      await db.schema
+        .createIndex('webhook_deliveries_due')
+        .on('webhook_deliveries')
+        .columns(['status', 'next_attempt_at'])
+        .execute();
+      await db.schema
+        .createIndex('webhook_deliveries_key')
+        .on('webhook_deliveries')
+        .columns(['key_id', 'created_at'])
+        .execute();
+
+      // Every attempt, for `fastpaste keys deliveries`.
+      await db.schema
+        .createTable('webhook_attempts')
+        .addColumn('id', 'varchar(40)', (c) => c.primaryKey())
+        .addColumn('delivery_id', 'varchar(40)', (c) => c.notNull().references('webhook_deliveries.id'))
+        .addColumn('attempted_at', 'bigint', (c) => c.notNull())
+        .addColumn('status_code', 'integer')
+        .addColumn('error', 'text')
+        .addColumn('duration_ms', 'integer', (c) => c.notNull())
+        .execute();
+      await db.schema
+        .createIndex('webhook_attempts_delivery')
+        .on('webhook_attempts')
+        .columns(['delivery_id', 'attempted_at'])
+        .execute();
+    },
+  },
 };
 
 class CompiledMigrations implements MigrationProvider {

@@ -110,14 +110,25 @@ function toSummary(row: Omit<PasteRow, 'content' | 'password_hash'>): PasteSumma
 export class PasteRepository {
   constructor(private readonly db: Kysely<Database>) {}
 
-  /** Inserts the paste unless its id is taken; returns whether it was inserted. */
-  async insertIfFree(paste: Paste): Promise<boolean> {
-    const result = await this.db
-      .insertInto('pastes')
-      .values(toRow(paste))
-      .onConflict((oc) => oc.column('id').doNothing())
-      .executeTakeFirst();
-    return Number(result.numInsertedOrUpdatedRows ?? 0n) === 1;
+  /**
+   * Inserts the paste unless its id is taken; returns whether it was inserted. `alsoInTransaction`
+   * runs in the same transaction after a successful insert (the webhook outbox).
+   */
+  async insertIfFree(paste: Paste, alsoInTransaction?: (trx: Kysely<Database>) => Promise<void>): Promise<boolean> {
+    const insert = async (db: Kysely<Database>) => {
+      const result = await db
+        .insertInto('pastes')
+        .values(toRow(paste))
+        .onConflict((oc) => oc.column('id').doNothing())
+        .executeTakeFirst();
+      return Number(result.numInsertedOrUpdatedRows ?? 0n) === 1;
+    };
+    if (!alsoInTransaction) return insert(this.db);
+    return this.db.transaction().execute(async (trx) => {
+      if (!(await insert(trx))) return false;
+      await alsoInTransaction(trx);
+      return true;
+    });
   }
 
   /** Frees an id held only by an expired paste that the sweep has not removed yet. */

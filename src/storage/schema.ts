@@ -37,10 +37,41 @@ export interface ApiKeyTable {
   monthly_limit: number;
   webhook_url: string | null;
   webhook_secret: string | null;
+  webhook_active: Generated<number>;
   created_at: number;
+}
+
+export type DeliveryStatus = 'pending' | 'delivered' | 'failed' | 'gone';
+
+export interface WebhookDeliveryTable {
+  id: string;
+  key_id: string;
+  paste_id: string;
+  url: string;
+  payload: string;
+  status: DeliveryStatus;
+  attempts: number;
+  next_attempt_at: number;
+  locked_until: number | null;
+  locked_by: string | null;
+  last_status_code: number | null;
+  last_error: string | null;
+  created_at: number;
+  finished_at: number | null;
+}
+
+export interface WebhookAttemptTable {
+  id: string;
+  delivery_id: string;
+  attempted_at: number;
+  status_code: number | null;
+  error: string | null;
+  duration_ms: number;
 }
 
 export interface Database {
   pastes: PasteTable;
   api_keys: ApiKeyTable;
+  webhook_deliveries: WebhookDeliveryTable;
+  webhook_attempts: WebhookAttemptTable;
 }

@@ -129,7 +129,7 @@ export async function registerCliRoutes(
     if (params.burn !== undefined) fields.burn = params.burn;
     const input = parseCreateInput(fields, 'form');
     const created = await pastes.create(input, {
-      ownerKeyId: request.apiKey?.id ?? null,
+      owner: request.apiKey,
       source: 'cli',
       ip: request.ip,
     });

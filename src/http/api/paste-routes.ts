@@ -107,7 +107,7 @@ export async function registerPasteRoutes(app: FastifyInstance, deps: ApiDeps): 
       input = parseCreateInput(jsonObjectBody(request), 'json');
     }
     const created = await pastes.create(input, {
-      ownerKeyId: key.id,
+      owner: key,
       source: 'api',
       ip: request.ip,
       ...(filename !== undefined ? { filename } : {}),

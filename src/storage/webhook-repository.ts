@@ -1,0 +1,172 @@
+/**
+ * SQL for the webhook outbox. Claiming is one UPDATE over a sub-select of due, unclaimed rows,
+ * re-checked in the outer WHERE, with FOR UPDATE SKIP LOCKED on PostgreSQL: two workers (in one
+ * process or many) never hold the same delivery, and a claim whose worker died expires with its
+ * lease.
+ */
+import type { Insertable, Kysely, Selectable } from 'kysely';
+import type { Dialect } from './database.js';
+import type { Database, DeliveryStatus, WebhookAttemptTable, WebhookDeliveryTable } from './schema.js';
+
+export type DeliveryRow = Selectable<WebhookDeliveryTable>;
+export type AttemptRow = Selectable<WebhookAttemptTable>;
+
+export interface KeyWebhook {
+  keyId: string;
+  name: string;
+  url: string | null;
+  secret: string | null;
+  active: boolean;
+}
+
+export class WebhookRepository {
+  constructor(
+    private readonly db: Kysely<Database>,
+    private readonly dialect: Dialect,
+  ) {}
+
+  /** Queues a delivery; called inside the transaction that inserts the paste. */
+  static async enqueue(trx: Kysely<Database>, row: Insertable<WebhookDeliveryTable>): Promise<void> {
+    await trx.insertInto('webhook_deliveries').values(row).execute();
+  }
+
+  /** Claims up to `limit` due deliveries for `workerId` until `leaseUntil`. */
+  async claimDue(now: number, limit: number, workerId: string, leaseUntil: number): Promise<DeliveryRow[]> {
+    const pg = this.dialect === 'postgres';
+    return this.db
+      .updateTable('webhook_deliveries')
+      .set({ locked_until: leaseUntil, locked_by: workerId })
+      .where('id', 'in', (eb) =>
+        eb
+          .selectFrom('webhook_deliveries')
+          .select('id')
+          .where('status', '=', 'pending')
+          .where('next_attempt_at', '<=', now)
+          .where((w) => w.or([w('locked_until', 'is', null), w('locked_until', '<', now)]))
+          .orderBy('next_attempt_at')
+          .limit(limit)
+          .$if(pg, (q) => q.forUpdate().skipLocked()),
+      )
+      .where('status', '=', 'pending')
+      .where((w) => w.or([w('locked_until', 'is', null), w('locked_until', '<', now)]))
+      .returningAll()
+      .execute();
+  }
+
+  async keyWebhook(keyId: string): Promise<KeyWebhook | undefined> {
+    const row = await this.db
+      .selectFrom('api_keys')
+      .select(['id', 'name', 'webhook_url', 'webhook_secret', 'webhook_active'])
+      .where('id', '=', keyId)
+      .executeTakeFirst();
+    return row
+      ? {
+          keyId: row.id,
+          name: row.name,
+          url: row.webhook_url,
+          secret: row.webhook_secret,
+          active: row.webhook_active === 1,
+        }
+      : undefined;
+  }
+
+  async recordAttempt(row: AttemptRow): Promise<void> {
+    await this.db.insertInto('webhook_attempts').values(row).execute();
+  }
+
+  /** Ends a delivery (delivered, failed for good, or gone) and releases the claim. */
+  async finish(
+    id: string,
+    workerId: string,
+    status: DeliveryStatus,
+    fields: { attempts: number; code: number | null; error: string | null; at: number },
+  ): Promise<void> {
+    await this.db
+      .updateTable('webhook_deliveries')
+      .set({
+        status,
+        attempts: fields.attempts,
+        last_status_code: fields.code,
+        last_error: fields.error,
+        finished_at: fields.at,
+        locked_until: null,
+        locked_by: null,
+      })
+      .where('id', '=', id)
+      .where('locked_by', '=', workerId)
+      .execute();
+  }
+
+  /** Schedules the next attempt and releases the claim. */
+  async reschedule(
+    id: string,
+    workerId: string,
+    fields: { attempts: number; nextAttemptAt: number; code: number | null; error: string | null },
+  ): Promise<void> {
+    await this.db
+      .updateTable('webhook_deliveries')
+      .set({
+        attempts: fields.attempts,
+        next_attempt_at: fields.nextAttemptAt,
+        last_status_code: fields.code,
+        last_error: fields.error,
+        locked_until: null,
+        locked_by: null,
+      })
+      .where('id', '=', id)
+      .where('locked_by', '=', workerId)
+      .execute();
+  }
+
+  /** Gives back every claim of a worker that stops, so others may take them at once. */
+  async releaseClaims(workerId: string): Promise<void> {
+    await this.db
+      .updateTable('webhook_deliveries')
+      .set({ locked_until: null, locked_by: null })
+      .where('locked_by', '=', workerId)
+      .execute();
+  }
+
+  /** A 410 from the receiver: the key's webhook stays off until it is set again. */
+  async disableKeyWebhook(keyId: string): Promise<void> {
+    await this.db.updateTable('api_keys').set({ webhook_active: 0 }).where('id', '=', keyId).execute();
+  }
+
+  async listForKey(keyId: string, limit: number): Promise<DeliveryRow[]> {
+    return this.db
+      .selectFrom('webhook_deliveries')
+      .selectAll()
+      .where('key_id', '=', keyId)
+      .orderBy('created_at', 'desc')
+      .orderBy('id', 'desc')
+      .limit(limit)
+      .execute();
+  }
+
+  async attemptsOf(deliveryIds: string[]): Promise<AttemptRow[]> {
+    if (deliveryIds.length === 0) return [];
+    return this.db
+      .selectFrom('webhook_attempts')
+      .selectAll()
+      .where('delivery_id', 'in', deliveryIds)
+      .orderBy('attempted_at')
+      .execute();
+  }
+
+  /** Puts a delivery back in the queue, due now, with a fresh back-off. */
+  async requeue(id: string, now: number): Promise<boolean> {
+    const result = await this.db
+      .updateTable('webhook_deliveries')
+      .set({
+        status: 'pending',
+        attempts: 0,
+        next_attempt_at: now,
+        locked_until: null,
+        locked_by: null,
+        finished_at: null,
+      })
+      .where('id', '=', id)
+      .executeTakeFirst();
+    return Number(result.numUpdatedRows) > 0;
+  }
+}

@@ -1,0 +1,77 @@
+/**
+ * The webhook address guard (D21): only http and https, and by default no loopback, private,
+ * link-local, CGNAT, unique-local, multicast, reserved or unspecified address, whatever the
+ * spelling (`127.1`, `0x7f.1`, `2130706433`, `[::ffff:127.0.0.1]`, `[::]`). Checked when a URL
+ * is set (every address its name resolves to) and again at connection time by the delivery
+ * agent (request-filtering-agent, which checks the address actually connected to, so DNS
+ * rebinding fails), plus a literal check here, because an IP literal is never looked up.
+ */
+import { lookup } from 'node:dns/promises';
+import ipaddr from 'ipaddr.js';
+import { AppError } from '../errors.js';
+
+/** Why an address may not be called, or null when it is a public unicast address. */
+export function forbiddenAddressReason(address: string): string | null {
+  const text = address.replace(/^\[|\]$/g, '');
+  if (!ipaddr.isValid(text)) return 'is not an IP address';
+  let parsed = ipaddr.parse(text);
+  if (parsed.kind() === 'ipv6' && (parsed as ipaddr.IPv6).isIPv4MappedAddress()) {
+    parsed = (parsed as ipaddr.IPv6).toIPv4Address();
+  }
+  const range = parsed.range();
+  return range === 'unicast' ? null : `is a ${range} address`;
+}
+
+/** The URL's host when it is an IP literal (the WHATWG parser has already normalised it). */
+function literalHost(url: URL): string | null {
+  const host = url.hostname.replace(/^\[|\]$/g, '');
+  return ipaddr.isValid(host) ? host : null;
+}
+
+export interface GuardOptions {
+  /** WEBHOOK_ALLOW_PRIVATE: lifts the address rules, for development and tests. */
+  allowPrivate: boolean;
+}
+
+/** Parses and checks a URL's shape and, for an IP literal, its address. Throws 400. */
+export function checkWebhookUrlSyntax(raw: string, options: GuardOptions): URL {
+  let url: URL;
+  try {
+    url = new URL(raw);
+  } catch {
+    throw new AppError('invalid_request', `The webhook URL "${raw}" is not a URL.`);
+  }
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') {
+    throw new AppError('invalid_request', 'A webhook URL must use http or https.');
+  }
+  if (url.username || url.password) {
+    throw new AppError('invalid_request', 'A webhook URL may not carry a user name or password.');
+  }
+  const literal = literalHost(url);
+  if (literal && !options.allowPrivate) {
+    const reason = forbiddenAddressReason(literal);
+    if (reason) throw new AppError('invalid_request', `The webhook address ${url.hostname} ${reason}.`);
+  }
+  return url;
+}
+
+/** Checks a URL when it is set: its shape, and every address its host name resolves to now. */
+export async function checkWebhookUrl(raw: string, options: GuardOptions): Promise<URL> {
+  const url = checkWebhookUrlSyntax(raw, options);
+  if (options.allowPrivate || literalHost(url)) return url;
+  let addresses: Array<{ address: string }>;
+  try {
+    addresses = await lookup(url.hostname, { all: true });
+  } catch {
+    throw new AppError('invalid_request', `The webhook host ${url.hostname} does not resolve.`);
+  }
+  for (const { address } of addresses) {
+    const reason = forbiddenAddressReason(address);
+    if (reason)
+      throw new AppError(
+        'invalid_request',
+        `The webhook host ${url.hostname} resolves to ${address}, which ${reason}.`,
+      );
+  }
+  return url;
+}

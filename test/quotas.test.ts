@@ -1,0 +1,942 @@
+/**
+ * Quotas and the switches around them (api-v1.md Authentication and Limits; D2, D7, D20): per-key
+ * hourly, daily and monthly limits over fixed UTC calendar windows (0 = unlimited), counted
+ * before any work and exactly under concurrency, in the database (surviving a restart) or in
+ * Redis; the D20 headers; the anonymous quick-create limit per client address and its content
+ * check; ANONYMOUS_CLI and API_ENABLED; and the administrator's `keys limits` / `keys usage`.
+ *
+ * Every test talks to a real server on 127.0.0.1. Time moves only with the ManualClock. The
+ * Redis variants run when TEST_REDIS_URL is set (e.g. redis://127.0.0.1:6379).
+ */
+import assert from 'node:assert/strict';
+import { type ChildProcess, execFile, spawn } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { describe, it, type TestContext } from 'node:test';
+import { fileURLToPath } from 'node:url';
+import Database from 'better-sqlite3';
+import { loadConfig } from '../src/config.js';
+import type { NewKeyOptions } from '../src/keys/key-service.js';
+import { parseCreateInput } from '../src/pastes/paste-input.js';
+import {
+  expectError,
+  freePort,
+  ManualClock,
+  request,
+  startServer,
+  type TestServer,
+  type TestServerOptions,
+} from './helpers.js';
+
+const SECOND = 1000;
+const MINUTE = 60 * SECOND;
+const HOUR = 60 * MINUTE;
+
+const ROOT = fileURLToPath(new URL('..', import.meta.url));
+const TEST_REDIS_URL = process.env.TEST_REDIS_URL?.trim() || '';
+
+type Answer = Awaited<ReturnType<typeof request>>;
+
+/** A server closed when the test ends, whatever happens. */
+async function start(t: TestContext, options: TestServerOptions = {}): Promise<TestServer> {
+  const server = await startServer(options);
+  t.after(() => server.close());
+  return server;
+}
+
+/** A temporary directory removed when the test ends. */
+function tempDir(t: TestContext, prefix: string): string {
+  const dir = mkdtempSync(join(tmpdir(), prefix));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  return dir;
+}
+
+function limits(hourly: number, daily: number, monthly: number): Partial<NewKeyOptions> {
+  return { hourly, daily, monthly };
+}
+
+/** The cheapest keyed request: the caller's list. */
+function listWith(server: TestServer, key: string): Promise<Answer> {
+  return request(`${server.url}/api/v1/pastes`, { headers: { 'x-api-key': key } });
+}
+
+function createWith(server: TestServer, key: string, content = 'quota test paste'): Promise<Answer> {
+  return request(`${server.url}/api/v1/paste`, { method: 'POST', headers: { 'x-api-key': key }, json: { content } });
+}
+
+/** An anonymous (or keyed) quick-create with a raw text body. */
+function quickCreate(
+  server: TestServer,
+  options: { body?: BodyInit; headers?: Record<string, string> } = {},
+): Promise<Answer> {
+  return request(`${server.url}/api/v1/cli`, {
+    method: 'POST',
+    headers: { 'content-type': 'text/plain', ...options.headers },
+    body: options.body ?? 'echo hello from a script\n',
+  });
+}
+
+function assertStatus(answer: Answer, status: number, what: string): void {
+  assert.equal(answer.status, status, `${what}: expected ${status}, got ${answer.status} ${answer.text.slice(0, 300)}`);
+}
+
+/** Seconds from `now` to `end`, computed here, independently of src/keys/quota-windows.ts. */
+function secondsUntil(end: number, now: number): number {
+  return Math.ceil((end - now) / 1000);
+}
+
+/** A 429 in the D7 envelope with a Retry-After of exactly `retryAfter` seconds. */
+function assertRateLimited(answer: Answer, retryAfter: number, what: string): void {
+  assert.equal(answer.status, 429, `${what}: expected 429, got ${answer.status} ${answer.text.slice(0, 300)}`);
+  expectError(answer, 429, 'rate_limited');
+  assert.deepEqual(Object.keys(answer.body).sort(), ['code', 'error', 'message'], `${what}: D7 envelope`);
+  assert.equal(answer.headers.get('retry-after'), String(retryAfter), `${what}: Retry-After`);
+}
+
+/** Sends `count` requests one after another, asserting each is `status`. */
+async function expectEach(count: number, send: () => Promise<Answer>, status: number, what: string): Promise<void> {
+  for (let i = 1; i <= count; i++) assertStatus(await send(), status, `${what} #${i}`);
+}
+
+/** `"hourly";q=5;w=3600, "daily";...` as { hourly: { q: 5, w: 3600 }, ... }. */
+function parseStructuredList(header: string | null, name: string): Record<string, Record<string, number>> {
+  assert.ok(header, `${name} header missing`);
+  const out: Record<string, Record<string, number>> = {};
+  for (const item of header.split(',')) {
+    const [label, ...params] = item.trim().split(';');
+    const match = /^"([a-z]+)"$/.exec((label ?? '').trim());
+    assert.ok(match?.[1], `${name}: bad item ${JSON.stringify(item)} in ${header}`);
+    const entry: Record<string, number> = {};
+    for (const param of params) {
+      const [k, v] = param.trim().split('=');
+      assert.ok(k && v !== undefined && /^\d+$/.test(v), `${name}: bad parameter ${param} in ${header}`);
+      entry[k] = Number(v);
+    }
+    out[match[1]] = entry;
+  }
+  return out;
+}
+
+function headerNumber(answer: Answer, name: string): number {
+  const value = answer.headers.get(name);
+  assert.ok(value !== null && /^\d+$/.test(value), `${name} should be a whole number, got ${value}`);
+  return Number(value);
+}
+
+function countPastes(server: TestServer): number {
+  const db = new Database(server.databasePath, { readonly: true, fileMustExist: true });
+  try {
+    return (db.prepare('SELECT COUNT(*) AS n FROM pastes').get() as { n: number }).n;
+  } finally {
+    db.close();
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Counting, shared by both counter stores
+// ---------------------------------------------------------------------------------------------
+
+interface Store {
+  name: string;
+  env: Record<string, string>;
+  skip: string | false;
+}
+
+const STORES: Store[] = [
+  { name: 'the database (SQLite)', env: {}, skip: false },
+  {
+    name: 'Redis (REDIS_URL)',
+    env: TEST_REDIS_URL ? { REDIS_URL: TEST_REDIS_URL } : {},
+    skip: TEST_REDIS_URL ? false : 'set TEST_REDIS_URL (e.g. redis://127.0.0.1:6379) to run the Redis variants',
+  },
+];
+
+/** Waits until the server's counter store answers a read (which counts nothing). */
+async function storeReady(server: TestServer): Promise<void> {
+  const deadline = Date.now() + 5000;
+  for (;;) {
+    try {
+      await server.services.quota.usage('readiness-probe', { hourly: 0, daily: 0, monthly: 0 });
+      return;
+    } catch (err) {
+      if (Date.now() > deadline) throw err;
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+  }
+}
+
+function quotaCountingSuite(store: Store): void {
+  describe(`per-key quotas counted in ${store.name}`, { skip: store.skip }, () => {
+    /**
+     * A server on this store, once the store answers. (A Redis connection is still opening when
+     * the server starts listening; that gap is tested on its own below.)
+     */
+    const startOn = async (t: TestContext, options: TestServerOptions): Promise<TestServer> => {
+      const server = await start(t, { ...options, env: { ...store.env, ...options.env } });
+      await storeReady(server);
+      return server;
+    };
+    const startAt = (t: TestContext, now: number) => startOn(t, { clock: new ManualClock(now) });
+
+    if (store.env.REDIS_URL) {
+      it('the first request right after the server starts is answered, not a 500', async (t) => {
+        const server = await start(t, { env: store.env });
+        const key = await server.createKey(limits(5, 0, 0));
+        const first = await listWith(server, key);
+        assertStatus(first, 200, 'first request after start');
+        assert.equal(first.headers.get('ratelimit-remaining'), '4');
+      });
+    }
+
+    it('hourly N: requests 1..N answer 200, N+1 is 429 rate_limited (D7) with Retry-After to the hour end', async (t) => {
+      const now = Date.UTC(2026, 0, 15, 12, 20, 0);
+      const server = await startAt(t, now);
+      const key = await server.createKey(limits(5, 0, 0));
+      await expectEach(5, () => listWith(server, key), 200, 'within the hourly limit');
+      const refused = await listWith(server, key);
+      assertRateLimited(refused, secondsUntil(Date.UTC(2026, 0, 15, 13), now), 'request 6 of hourly 5');
+      assert.equal(headerNumber(refused, 'ratelimit-remaining'), 0);
+      // And it stays refused for the rest of the hour.
+      server.clock.advance(30 * MINUTE);
+      assertRateLimited(await listWith(server, key), 10 * 60, 'later in the same hour');
+    });
+
+    it('daily N alone: N+1 is the first 429, Retry-After to midnight UTC', async (t) => {
+      const now = Date.UTC(2026, 0, 15, 18, 0, 0);
+      const server = await startAt(t, now);
+      const key = await server.createKey(limits(0, 4, 0));
+      await expectEach(4, () => listWith(server, key), 200, 'within the daily limit');
+      assertRateLimited(await listWith(server, key), secondsUntil(Date.UTC(2026, 0, 16), now), 'request 5 of daily 4');
+    });
+
+    it('monthly N alone: N+1 is the first 429, Retry-After to the first of the next month', async (t) => {
+      const now = Date.UTC(2026, 1, 20, 6, 30, 0); // February 2026 has 28 days
+      const server = await startAt(t, now);
+      const key = await server.createKey(limits(0, 0, 3));
+      await expectEach(3, () => listWith(server, key), 200, 'within the monthly limit');
+      assertRateLimited(await listWith(server, key), secondsUntil(Date.UTC(2026, 2, 1), now), 'request 4 of monthly 3');
+    });
+
+    it('when several windows are used up, Retry-After waits for the last of them to end', async (t) => {
+      const now = Date.UTC(2026, 0, 15, 12, 0, 0);
+      const server = await startAt(t, now);
+      const key = await server.createKey(limits(1, 1, 0));
+      assertStatus(await listWith(server, key), 200, 'first request');
+      // Both the hour and the day are used up: only midnight frees the key.
+      assertRateLimited(await listWith(server, key), secondsUntil(Date.UTC(2026, 0, 16), now), 'second request');
+    });
+
+    it('30 concurrent creates against hourly 10: exactly 10 succeed, 20 are 429, 10 pastes exist', async (t) => {
+      const server = await startAt(t, Date.UTC(2026, 0, 15, 12, 0, 0));
+      const key = await server.createKey(limits(10, 0, 0));
+      const answers = await Promise.all(
+        Array.from({ length: 30 }, (_, i) => createWith(server, key, `concurrent ${i}`)),
+      );
+      const statuses = answers.map((a) => a.status);
+      assert.equal(statuses.filter((s) => s === 201).length, 10, `statuses: ${statuses.join(' ')}`);
+      assert.equal(statuses.filter((s) => s === 429).length, 20, `statuses: ${statuses.join(' ')}`);
+      assert.equal(countPastes(server), 10);
+      // The remaining counts handed out are 9..0, each once.
+      const remaining = answers
+        .filter((a) => a.status === 201)
+        .map((a) => headerNumber(a, 'ratelimit-remaining'))
+        .sort((a, b) => a - b);
+      assert.deepEqual(remaining, [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]);
+    });
+
+    it('two instances sharing the store: 30 concurrent requests split across both, exactly 10 pass', async (t) => {
+      const clock = new ManualClock(Date.UTC(2026, 0, 15, 12, 0, 0));
+      const dir = tempDir(t, 'fastpaste-quota-shared-');
+      const databasePath = join(dir, 'shared.db');
+      const first = await startOn(t, { clock, databasePath });
+      const second = await startOn(t, { clock, databasePath });
+      const key = await first.createKey(limits(0, 10, 0));
+      const answers = await Promise.all(
+        Array.from({ length: 30 }, (_, i) => listWith(i % 2 === 0 ? first : second, key)),
+      );
+      const statuses = answers.map((a) => a.status);
+      assert.equal(statuses.filter((s) => s === 200).length, 10, `statuses: ${statuses.join(' ')}`);
+      assert.equal(statuses.filter((s) => s === 429).length, 20, `statuses: ${statuses.join(' ')}`);
+    });
+
+    it('hourly rolls over at the hour: used up from 10:00 to 10:59:59, free again at 11:00:00', async (t) => {
+      const server = await startAt(t, Date.UTC(2026, 4, 6, 10, 0, 0));
+      const key = await server.createKey(limits(2, 0, 0));
+      assertStatus(await listWith(server, key), 200, '10:00:00');
+      server.clock.now = Date.UTC(2026, 4, 6, 10, 59, 59);
+      assertStatus(await listWith(server, key), 200, '10:59:59 (second of two)');
+      // No reset inside the window, however long after its first request.
+      assertRateLimited(await listWith(server, key), 1, '10:59:59 (third)');
+      server.clock.now = Date.UTC(2026, 4, 6, 11, 0, 0);
+      const next = await listWith(server, key);
+      assertStatus(next, 200, '11:00:00');
+      assert.equal(headerNumber(next, 'ratelimit-remaining'), 1, 'a fresh hour, one request used');
+      assertStatus(await listWith(server, key), 200, '11:00:00 second');
+      assertRateLimited(await listWith(server, key), 3600, '11:00:00 third');
+    });
+
+    it('daily rolls over at midnight UTC: used up at 23:59:59, free again at 00:00:00', async (t) => {
+      const server = await startAt(t, Date.UTC(2026, 2, 10, 0, 0, 0));
+      const key = await server.createKey(limits(0, 2, 0));
+      assertStatus(await listWith(server, key), 200, '00:00:00');
+      server.clock.now = Date.UTC(2026, 2, 10, 13, 0, 0);
+      assertStatus(await listWith(server, key), 200, '13:00:00');
+      server.clock.now = Date.UTC(2026, 2, 10, 23, 59, 59);
+      assertRateLimited(await listWith(server, key), 1, '23:59:59');
+      server.clock.now = Date.UTC(2026, 2, 11, 0, 0, 0);
+      assertStatus(await listWith(server, key), 200, 'next day 00:00:00');
+      assertStatus(await listWith(server, key), 200, 'next day second');
+      assertRateLimited(await listWith(server, key), 86_400, 'next day third');
+    });
+
+    it('monthly rolls over from December 31 23:59:59 to January 1 00:00:00 of the next year', async (t) => {
+      const server = await startAt(t, Date.UTC(2026, 11, 1, 0, 0, 0));
+      const key = await server.createKey(limits(0, 0, 2));
+      assertStatus(await listWith(server, key), 200, 'December 1');
+      server.clock.now = Date.UTC(2026, 11, 31, 23, 59, 58);
+      assertStatus(await listWith(server, key), 200, 'December 31 23:59:58');
+      server.clock.now = Date.UTC(2026, 11, 31, 23, 59, 59);
+      assertRateLimited(await listWith(server, key), 1, 'December 31 23:59:59');
+      server.clock.now = Date.UTC(2027, 0, 1, 0, 0, 0);
+      const next = await listWith(server, key);
+      assertStatus(next, 200, 'January 1 2027 00:00:00');
+      assert.equal(headerNumber(next, 'ratelimit-remaining'), 1);
+      assertStatus(await listWith(server, key), 200, 'January 1 second');
+      assertRateLimited(await listWith(server, key), 31 * 86_400, 'January 1 third');
+    });
+
+    it('all three windows roll over together at the new year', async (t) => {
+      const server = await startAt(t, Date.UTC(2026, 11, 31, 23, 59, 59));
+      const key = await server.createKey(limits(1, 1, 1));
+      assertStatus(await listWith(server, key), 200, 'December 31 23:59:59');
+      assertRateLimited(await listWith(server, key), 1, 'December 31 23:59:59 again');
+      server.clock.now = Date.UTC(2027, 0, 1, 0, 0, 0);
+      assertStatus(await listWith(server, key), 200, 'January 1 00:00:00');
+    });
+  });
+}
+
+for (const store of STORES) quotaCountingSuite(store);
+
+// ---------------------------------------------------------------------------------------------
+// Headers, 0 = unlimited, what counts and what does not (database store)
+// ---------------------------------------------------------------------------------------------
+
+describe('quota rules', () => {
+  it('keyed answers (200 and a 404 after auth) carry the D20 headers; remaining counts down, reset by the clock', async (t) => {
+    const now = Date.UTC(2026, 0, 15, 12, 15, 30);
+    const server = await start(t, { clock: new ManualClock(now) });
+    const key = await server.createKey(limits(5, 100, 1000));
+    const toHour = secondsUntil(Date.UTC(2026, 0, 15, 13), now);
+    const toDay = secondsUntil(Date.UTC(2026, 0, 16), now);
+    const toMonth = secondsUntil(Date.UTC(2026, 1, 1), now);
+
+    const first = await listWith(server, key);
+    assertStatus(first, 200, 'first');
+    // The hour is nearest to running out (4 left against 99 and 999).
+    assert.equal(first.headers.get('ratelimit-limit'), '5');
+    assert.equal(first.headers.get('ratelimit-remaining'), '4');
+    assert.equal(first.headers.get('ratelimit-reset'), String(toHour));
+    const policy = parseStructuredList(first.headers.get('ratelimit-policy'), 'RateLimit-Policy');
+    assert.deepEqual(Object.keys(policy).sort(), ['daily', 'hourly', 'monthly']);
+    assert.deepEqual(policy.hourly, { q: 5, w: 3600 });
+    assert.deepEqual(policy.daily, { q: 100, w: 86_400 });
+    assert.equal(policy.monthly?.q, 1000);
+    const monthW = policy.monthly?.w ?? 0;
+    assert.ok(monthW >= 28 * 86_400 && monthW <= 31 * 86_400, `monthly w=${monthW}`);
+    const state = parseStructuredList(first.headers.get('ratelimit'), 'RateLimit');
+    assert.deepEqual(state, {
+      hourly: { r: 4, t: toHour },
+      daily: { r: 99, t: toDay },
+      monthly: { r: 999, t: toMonth },
+    });
+
+    // A 404 after authentication is a keyed answer too, and it counts.
+    server.clock.advance(100 * SECOND);
+    const missing = await request(`${server.url}/api/v1/paste/NoSuchPaste`, { headers: { 'x-api-key': key } });
+    expectError(missing, 404, 'not_found');
+    assert.equal(missing.headers.get('ratelimit-limit'), '5');
+    assert.equal(missing.headers.get('ratelimit-remaining'), '3');
+    assert.equal(missing.headers.get('ratelimit-reset'), String(toHour - 100));
+    assert.deepEqual(parseStructuredList(missing.headers.get('ratelimit'), 'RateLimit'), {
+      hourly: { r: 3, t: toHour - 100 },
+      daily: { r: 98, t: toDay - 100 },
+      monthly: { r: 998, t: toMonth - 100 },
+    });
+    assert.ok(missing.headers.get('ratelimit-policy'), 'RateLimit-Policy on the 404');
+
+    const third = await createWith(server, key);
+    assertStatus(third, 201, 'a create');
+    assert.equal(third.headers.get('ratelimit-remaining'), '2');
+  });
+
+  it('RateLimit-Limit/Remaining/Reset follow the window nearest to running out (here the day)', async (t) => {
+    const now = Date.UTC(2026, 0, 15, 20, 0, 0);
+    const server = await start(t, { clock: new ManualClock(now) });
+    const key = await server.createKey(limits(5, 2, 0));
+    const first = await listWith(server, key);
+    assertStatus(first, 200, 'first');
+    assert.equal(first.headers.get('ratelimit-limit'), '2');
+    assert.equal(first.headers.get('ratelimit-remaining'), '1');
+    assert.equal(first.headers.get('ratelimit-reset'), String(secondsUntil(Date.UTC(2026, 0, 16), now)));
+    const state = parseStructuredList(first.headers.get('ratelimit'), 'RateLimit');
+    assert.deepEqual(state.hourly, { r: 4, t: 3600 });
+    assert.deepEqual(state.daily, { r: 1, t: 4 * 3600 });
+  });
+
+  it('0 means unlimited for all three: 50 requests with 0/0/0 all pass', async (t) => {
+    const server = await start(t);
+    const key = await server.createKey(limits(0, 0, 0));
+    const answers = await Promise.all(Array.from({ length: 50 }, () => listWith(server, key)));
+    assert.deepEqual(
+      answers.map((a) => a.status),
+      Array(50).fill(200),
+    );
+  });
+
+  it('0 for one window leaves the others in force (hourly 0 + daily 3; hourly 0 + daily 0 + monthly 3)', async (t) => {
+    const server = await start(t);
+    const daily = await server.createKey(limits(0, 3, 0));
+    await expectEach(3, () => listWith(server, daily), 200, 'daily key');
+    assertRateLimited(await listWith(server, daily), 12 * 3600, 'daily key, 4th');
+
+    const monthly = await server.createKey(limits(0, 0, 3));
+    await expectEach(3, () => listWith(server, monthly), 200, 'monthly key');
+    const left = secondsUntil(Date.UTC(2026, 1, 1), server.clock.now);
+    assertRateLimited(await listWith(server, monthly), left, 'monthly key, 4th');
+
+    const hourlyUnlimited = await server.createKey(limits(0, 20, 20));
+    await expectEach(15, () => listWith(server, hourlyUnlimited), 200, 'hourly 0 with daily/monthly 20');
+  });
+
+  it('401 and 403 count against nothing: a key refused while deactivated still has its whole budget', async (t) => {
+    const server = await start(t);
+    const key = await server.createKey(limits(2, 0, 0));
+    // 401: no key at all.
+    for (let i = 0; i < 3; i++) expectError(await request(`${server.url}/api/v1/pastes`), 401, 'api_key_missing');
+    // 403: deactivated.
+    await server.services.keys.setActive(key, false);
+    for (let i = 0; i < 5; i++) expectError(await listWith(server, key), 403, 'api_key_invalid');
+    for (let i = 0; i < 2; i++) {
+      expectError(
+        await request(`${server.url}/api/v1/paste`, {
+          method: 'POST',
+          headers: { 'x-api-key': key },
+          json: { content: 'refused' },
+        }),
+        403,
+        'api_key_invalid',
+      );
+    }
+    await server.services.keys.setActive(key, true);
+    await expectEach(2, () => listWith(server, key), 200, 'after re-activation');
+    assertRateLimited(await listWith(server, key), 3600, 'third after re-activation');
+  });
+
+  it('a 403 for a bad key on /api/v1/cli does not count against the anonymous address', async (t) => {
+    const server = await start(t, { env: { ANON_HOURLY_LIMIT: '2' } });
+    const good = await server.createKey();
+    const unknown = `${good.slice(0, -4)}AAAA`;
+    for (const bad of ['not-a-key', unknown]) {
+      for (let i = 0; i < 3; i++) {
+        expectError(await quickCreate(server, { headers: { 'x-api-key': bad } }), 403, 'api_key_invalid');
+      }
+    }
+    await expectEach(2, () => quickCreate(server), 201, 'anonymous after the 403s');
+    assertRateLimited(await quickCreate(server), 3600, 'third anonymous');
+  });
+
+  it('key A used up leaves key B untouched', async (t) => {
+    const server = await start(t);
+    const a = await server.createKey({ name: 'A', ...limits(2, 0, 0) });
+    const b = await server.createKey({ name: 'B', ...limits(2, 0, 0) });
+    await expectEach(2, () => listWith(server, a), 200, 'key A');
+    assertRateLimited(await listWith(server, a), 3600, 'key A third');
+    const first = await listWith(server, b);
+    assertStatus(first, 200, 'key B first');
+    assert.equal(first.headers.get('ratelimit-remaining'), '1');
+    assertStatus(await listWith(server, b), 200, 'key B second');
+    assertRateLimited(await listWith(server, b), 3600, 'key B third');
+  });
+
+  it('limits survive a restart on the same database', async (t) => {
+    const dir = tempDir(t, 'fastpaste-quota-restart-');
+    const databasePath = join(dir, 'restart.db');
+    const clock = new ManualClock(Date.UTC(2026, 5, 1, 9, 0, 0));
+    const before = await startServer({ clock, databasePath });
+    let key: string;
+    try {
+      key = await before.createKey(limits(5, 0, 0));
+      await expectEach(3, () => listWith(before, key), 200, 'before the restart');
+    } finally {
+      await before.close();
+    }
+    const after = await start(t, { clock, databasePath });
+    const next = await listWith(after, key);
+    assertStatus(next, 200, 'request 4 after the restart');
+    assert.equal(next.headers.get('ratelimit-remaining'), '1', 'the count went on from 3');
+    assertStatus(await listWith(after, key), 200, 'request 5');
+    assertRateLimited(await listWith(after, key), 3600, 'request 6 after the restart');
+  });
+
+  it('the quota is checked before any work: an over-limit create stores nothing, and is 429 even with a bad body', async (t) => {
+    const server = await start(t);
+    const key = await server.createKey(limits(1, 0, 0));
+    assertStatus(await createWith(server, key, 'the one allowed paste'), 201, 'first create');
+    assert.equal(countPastes(server), 1);
+    assertRateLimited(await createWith(server, key, 'a valid but over-limit paste'), 3600, 'second create');
+    assert.equal(countPastes(server), 1, 'the refused create stored a paste');
+    // The body is never read: malformed JSON is not even noticed.
+    const malformed = await request(`${server.url}/api/v1/paste`, {
+      method: 'POST',
+      headers: { 'x-api-key': key, 'content-type': 'application/json' },
+      body: '{"content": ',
+    });
+    assertRateLimited(malformed, 3600, 'malformed over-limit create');
+    // Nor are quick-create's body and content check.
+    const quick = await quickCreate(server, { headers: { 'x-api-key': key }, body: Buffer.from([0, 1, 2, 3]) });
+    assertRateLimited(quick, 3600, 'over-limit keyed quick-create');
+    assert.equal(countPastes(server), 1);
+  });
+});
+
+// ---------------------------------------------------------------------------------------------
+// Anonymous quick-create: the per-address limit
+// ---------------------------------------------------------------------------------------------
+
+describe('anonymous quick-create limit (ANON_HOURLY_LIMIT, TRUST_PROXY)', () => {
+  const fromAddress = (server: TestServer, address: string) =>
+    quickCreate(server, { headers: { 'x-forwarded-for': address } });
+
+  it('ANON_HOURLY_LIMIT=3: the 4th anonymous create from one address is 429, the next hour it passes', async (t) => {
+    const server = await start(t, {
+      env: { ANON_HOURLY_LIMIT: '3' },
+      clock: new ManualClock(Date.UTC(2026, 0, 15, 12, 40)),
+    });
+    await expectEach(3, () => quickCreate(server), 201, 'anonymous');
+    assertRateLimited(await quickCreate(server), 20 * 60, 'anonymous 4th');
+    assert.equal(countPastes(server), 3);
+    server.clock.now = Date.UTC(2026, 0, 15, 13, 0, 0);
+    assertStatus(await quickCreate(server), 201, 'anonymous in the next hour');
+  });
+
+  it('with TRUST_PROXY=true each X-Forwarded-For address has its own budget', async (t) => {
+    const server = await start(t, { env: { ANON_HOURLY_LIMIT: '3', TRUST_PROXY: 'true' } });
+    await expectEach(3, () => fromAddress(server, '203.0.113.10'), 201, '203.0.113.10');
+    assertRateLimited(await fromAddress(server, '203.0.113.10'), 3600, '203.0.113.10 4th');
+    await expectEach(3, () => fromAddress(server, '203.0.113.11'), 201, '203.0.113.11');
+    assertRateLimited(await fromAddress(server, '203.0.113.11'), 3600, '203.0.113.11 4th');
+    // The connection's own address (127.0.0.1) is yet another budget.
+    assertStatus(await quickCreate(server), 201, 'no X-Forwarded-For');
+  });
+
+  it('without TRUST_PROXY, X-Forwarded-For is ignored: every request counts as 127.0.0.1', async (t) => {
+    const server = await start(t, { env: { ANON_HOURLY_LIMIT: '3' } });
+    assertStatus(await fromAddress(server, '198.51.100.1'), 201, 'first');
+    assertStatus(await fromAddress(server, '198.51.100.2'), 201, 'second');
+    assertStatus(await quickCreate(server), 201, 'third');
+    assertRateLimited(await fromAddress(server, '198.51.100.3'), 3600, 'fourth, from a "new" address');
+  });
+
+  it('IPv6 clients are counted per /64: the same /64 shares a budget, another /64 does not', async (t) => {
+    const server = await start(t, { env: { ANON_HOURLY_LIMIT: '2', TRUST_PROXY: 'true' } });
+    assertStatus(await fromAddress(server, '2001:db8:aa:1::1'), 201, 'first in 2001:db8:aa:1::/64');
+    assertStatus(await fromAddress(server, '2001:db8:aa:1:ffff:ffff:ffff:fffe'), 201, 'second in the /64');
+    // Same /64 written out in full.
+    assertRateLimited(
+      await fromAddress(server, '2001:0db8:00aa:0001:0000:0000:0000:0042'),
+      3600,
+      'third in the /64 (other spelling)',
+    );
+    await expectEach(2, () => fromAddress(server, '2001:db8:aa:2::1'), 201, 'the neighbouring /64');
+    assertRateLimited(await fromAddress(server, '2001:db8:aa:2::99'), 3600, 'the neighbouring /64, third');
+  });
+
+  it('an IPv4-mapped IPv6 address (::ffff:1.2.3.4) counts as the IPv4 address', async (t) => {
+    const server = await start(t, { env: { ANON_HOURLY_LIMIT: '2', TRUST_PROXY: 'true' } });
+    assertStatus(await fromAddress(server, '1.2.3.4'), 201, '1.2.3.4');
+    assertStatus(await fromAddress(server, '::ffff:1.2.3.4'), 201, '::ffff:1.2.3.4');
+    assertRateLimited(await fromAddress(server, '1.2.3.4'), 3600, '1.2.3.4 third');
+    assertRateLimited(await fromAddress(server, '::ffff:1.2.3.4'), 3600, '::ffff:1.2.3.4 third');
+    // And it is not lumped together with other mapped addresses.
+    assertStatus(await fromAddress(server, '::ffff:1.2.3.5'), 201, '::ffff:1.2.3.5');
+  });
+
+  it('a keyed request to /api/v1/cli counts against the key, not the address', async (t) => {
+    const server = await start(t, { env: { ANON_HOURLY_LIMIT: '1' } });
+    const key = await server.createKey(limits(3, 0, 0));
+    const keyed = () => quickCreate(server, { headers: { 'x-api-key': key } });
+    await expectEach(3, keyed, 201, 'keyed quick-create');
+    assertRateLimited(await keyed(), 3600, 'keyed quick-create 4th');
+    // The address's own budget of 1 is untouched by the three keyed creates.
+    assertStatus(await quickCreate(server), 201, 'anonymous after the keyed ones');
+    assertRateLimited(await quickCreate(server), 3600, 'anonymous second');
+    // And the key's count includes its quick-creates: the list is refused too.
+    assertRateLimited(await listWith(server, key), 3600, 'keyed list after 3 keyed quick-creates');
+  });
+});
+
+// ---------------------------------------------------------------------------------------------
+// Anonymous quick-create: the content check
+// ---------------------------------------------------------------------------------------------
+
+describe('anonymous content check (400 content_rejected)', () => {
+  const BLOCKLIST = [
+    '# Patterns refused in anonymous pastes, one regular expression a line.',
+    '# this line is a comment',
+    '',
+    'buy\\s+cheap\\s+pills',
+    '  ^casino-bonus-[0-9]+$  ',
+    '',
+  ].join('\n');
+
+  const SPAM = Array.from({ length: 10 }, (_, i) => `https://spam${i}.example.com/offer?id=${i}`).join('\n');
+
+  async function checkedServer(t: TestContext): Promise<TestServer> {
+    const dir = tempDir(t, 'fastpaste-blocklist-');
+    const file = join(dir, 'blocklist.txt');
+    writeFileSync(file, BLOCKLIST);
+    return start(t, { env: { CONTENT_BLOCKLIST_FILE: file, ANON_HOURLY_LIMIT: '1000' } });
+  }
+
+  it('binary data is refused: NUL bytes, invalid UTF-8, NUL in a form field', async (t) => {
+    const server = await checkedServer(t);
+    const nul = await quickCreate(server, {
+      headers: { 'content-type': 'application/octet-stream' },
+      body: Buffer.from('hello\u0000world, this is binary'),
+    });
+    expectError(nul, 400, 'content_rejected');
+    const badUtf8 = await quickCreate(server, {
+      body: Buffer.from([0x68, 0x65, 0x6c, 0x6c, 0x6f, 0xff, 0xfe, 0xc3, 0x28, 0x21]),
+    });
+    expectError(badUtf8, 400, 'content_rejected');
+    const elf = await quickCreate(server, {
+      headers: { 'content-type': 'application/octet-stream' },
+      body: Buffer.from([0x7f, 0x45, 0x4c, 0x46, 0x02, 0x01, 0x01, 0x00, 0x00, 0x00, 0x3e, 0x00]),
+    });
+    expectError(elf, 400, 'content_rejected');
+    const form = await request(`${server.url}/api/v1/cli`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/x-www-form-urlencoded' },
+      body: 'content=hello%00world%00binary',
+    });
+    expectError(form, 400, 'content_rejected');
+    assert.equal(countPastes(server), 0);
+  });
+
+  it('content matching an administrator pattern is refused, case-insensitively; comment lines are not patterns', async (t) => {
+    const server = await checkedServer(t);
+    expectError(await quickCreate(server, { body: 'Hello!\nBUY   Cheap\tPILLS here\n' }), 400, 'content_rejected');
+    expectError(await quickCreate(server, { body: 'buy cheap pills' }), 400, 'content_rejected');
+    expectError(await quickCreate(server, { body: 'CASINO-BONUS-42' }), 400, 'content_rejected');
+    assert.equal(countPastes(server), 0);
+    // Near misses and the comment lines themselves pass.
+    assertStatus(await quickCreate(server, { body: 'buy cheap bread, not pills' }), 201, 'near miss');
+    assertStatus(await quickCreate(server, { body: '# this line is a comment\nhello' }), 201, 'comment text');
+    assertStatus(await quickCreate(server, { body: 'casino-bonus-42 in the middle of a line' }), 201, 'anchored');
+  });
+
+  it('link spam (mostly URLs) is refused, while text with one or two links passes', async (t) => {
+    const server = await checkedServer(t);
+    expectError(await quickCreate(server, { body: SPAM }), 400, 'content_rejected');
+    expectError(
+      await request(`${server.url}/api/v1/cli`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/x-www-form-urlencoded' },
+        body: new URLSearchParams({ content: SPAM }).toString(),
+      }),
+      400,
+      'content_rejected',
+    );
+    assert.equal(countPastes(server), 0);
+    const prose = [
+      'The build failed again this morning; the log is at https://ci.example.com/builds/1234 and the',
+      'fix I tried is described in https://github.com/example/project/pull/99 if anyone wants to look.',
+      'I think the cache is stale, so clearing it before the next run should be enough.',
+    ].join('\n');
+    assertStatus(await quickCreate(server, { body: prose }), 201, 'prose with two links');
+    assertStatus(await quickCreate(server, { body: 'see https://example.com/docs' }), 201, 'one link');
+  });
+
+  it('keyed quick-creates are not checked: the same spam and pattern are accepted with a key', async (t) => {
+    const server = await checkedServer(t);
+    const key = await server.createKey();
+    const keyed = (body: string) => quickCreate(server, { headers: { 'x-api-key': key }, body });
+    assertStatus(await keyed(SPAM), 201, 'keyed link spam');
+    assertStatus(await keyed('buy cheap pills'), 201, 'keyed blocked pattern');
+    expectError(await quickCreate(server, { body: SPAM }), 400, 'content_rejected');
+  });
+
+  it('a CONTENT_BLOCKLIST_FILE that does not exist stops the configuration, naming the variable', () => {
+    const missing = join(tmpdir(), `fastpaste-no-such-blocklist-${process.pid}-${Date.now()}.txt`);
+    assert.throws(() => loadConfig({ CONTENT_BLOCKLIST_FILE: missing }), /CONTENT_BLOCKLIST_FILE/);
+  });
+
+  it('bad values of the new settings stop the configuration, naming the variable (D2)', () => {
+    const cases: Array<[string, string]> = [
+      ['ANON_HOURLY_LIMIT', 'many'],
+      ['ANON_HOURLY_LIMIT', '-1'],
+      ['TRUST_PROXY', 'sometimes'],
+      ['API_ENABLED', 'maybe'],
+      ['ANONYMOUS_CLI', 'perhaps'],
+      ['REDIS_URL', 'http://127.0.0.1:6379'],
+    ];
+    for (const [name, value] of cases) {
+      assert.throws(() => loadConfig({ [name]: value }), new RegExp(name), `${name}=${value}`);
+    }
+    const defaults = loadConfig({});
+    assert.equal(defaults.apiEnabled, true);
+    assert.equal(defaults.anonymousCli, true);
+    assert.equal(defaults.anonHourlyLimit, 30);
+    assert.equal(defaults.trustProxy, false);
+    assert.equal(defaults.redisUrl, null);
+  });
+});
+
+// ---------------------------------------------------------------------------------------------
+// The switches
+// ---------------------------------------------------------------------------------------------
+
+describe('ANONYMOUS_CLI and API_ENABLED', () => {
+  it('ANONYMOUS_CLI=false: a keyless quick-create is 401 api_key_missing, a keyed one works', async (t) => {
+    const server = await start(t, { env: { ANONYMOUS_CLI: 'false' } });
+    expectError(await quickCreate(server), 401, 'api_key_missing');
+    expectError(
+      await request(`${server.url}/api/v1/cli`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/x-www-form-urlencoded' },
+        body: 'content=hello+there',
+      }),
+      401,
+      'api_key_missing',
+    );
+    assert.equal(countPastes(server), 0);
+    const key = await server.createKey();
+    assertStatus(await quickCreate(server, { headers: { 'x-api-key': key } }), 201, 'keyed quick-create');
+    assert.equal(countPastes(server), 1);
+  });
+
+  it('API_ENABLED=false: every /api/v1 request is 503 api_disabled, with or without a key; /raw and /view answer', async (t) => {
+    const server = await start(t, { env: { API_ENABLED: 'false' } });
+    const key = await server.createKey(limits(100, 0, 0));
+    const created = await server.services.pastes.create(parseCreateInput({ content: 'still readable' }, 'json'), {
+      ownerKeyId: null,
+      source: 'api',
+      ip: '127.0.0.1',
+    });
+    const id = created.paste.id;
+    const routes: Array<{ method: string; path: string; json?: unknown; body?: string; type?: string }> = [
+      { method: 'GET', path: `/api/v1/paste/${id}` },
+      { method: 'GET', path: `/api/v1/paste/${id}/raw` },
+      { method: 'POST', path: '/api/v1/paste', json: { content: 'new paste' } },
+      { method: 'PUT', path: `/api/v1/paste/${id}`, json: { title: 'x' } },
+      { method: 'DELETE', path: `/api/v1/paste/${id}` },
+      { method: 'GET', path: '/api/v1/pastes' },
+      { method: 'POST', path: '/api/v1/cli', body: 'quick create', type: 'text/plain' },
+      { method: 'GET', path: '/api/v1/cli' },
+      { method: 'GET', path: '/api/v1/no-such-route' },
+    ];
+    for (const route of routes) {
+      for (const headers of [{}, { 'x-api-key': key }] as Array<Record<string, string>>) {
+        const answer = await request(`${server.url}${route.path}`, {
+          method: route.method,
+          headers: { ...headers, ...(route.type ? { 'content-type': route.type } : {}) },
+          ...(route.json !== undefined ? { json: route.json } : {}),
+          ...(route.body !== undefined ? { body: route.body } : {}),
+        });
+        const what = `${route.method} ${route.path} ${headers['x-api-key'] ? 'with' : 'without'} a key`;
+        assert.equal(answer.status, 503, `${what}: got ${answer.status} ${answer.text.slice(0, 200)}`);
+        expectError(answer, 503, 'api_disabled');
+      }
+    }
+    // Nothing was done: the paste is intact, no paste was added, the key used nothing.
+    assert.equal(countPastes(server), 1);
+    const raw = await request(`${server.url}/raw/${id}`);
+    assertStatus(raw, 200, '/raw');
+    assert.equal(raw.text, 'still readable');
+    const view = await request(`${server.url}/view/${id}`, { headers: { accept: 'text/html' } });
+    assertStatus(view, 200, '/view');
+    assert.ok(view.text.includes('still readable'), 'the view page shows the paste');
+    const usage = await server.services.quota.usage(`key:${(await server.services.keys.find(key))?.id}`, {
+      hourly: 100,
+      daily: 0,
+      monthly: 0,
+    });
+    assert.equal(usage.find((w) => w.kind === 'hourly')?.used, 0, 'a 503 counted against the key');
+  });
+
+  it('API_ENABLED=false cannot be bypassed with a percent-encoded spelling of an /api/v1 path', async (t) => {
+    const server = await start(t, { env: { API_ENABLED: 'false' } });
+    const key = await server.createKey();
+    // The router decodes the path, so these reach the API routes; the switch must catch them too.
+    const attempts: Array<{ method: string; path: string; headers: Record<string, string> }> = [
+      { method: 'GET', path: '/api/v1/%70astes', headers: { 'x-api-key': key } },
+      { method: 'GET', path: '/api/%761/pastes', headers: { 'x-api-key': key } },
+      { method: 'GET', path: '/%61pi/v1/pastes', headers: { 'x-api-key': key } },
+      { method: 'POST', path: '/%61pi/v1/cli', headers: { 'content-type': 'text/plain' } },
+    ];
+    const reached: string[] = [];
+    for (const attempt of attempts) {
+      const answer = await request(`${server.url}${attempt.path}`, {
+        method: attempt.method,
+        headers: attempt.headers,
+        ...(attempt.method === 'POST' ? { body: 'made while the API is off' } : {}),
+      });
+      if (answer.status < 400) reached.push(`${attempt.method} ${attempt.path} -> ${answer.status}`);
+    }
+    assert.deepEqual(reached, [], 'requests that reached the disabled API');
+    assert.equal(countPastes(server), 0, 'a paste was created while the API is disabled');
+  });
+});
+
+// ---------------------------------------------------------------------------------------------
+// The administrator's commands through the real binary
+// ---------------------------------------------------------------------------------------------
+
+const SETTINGS = [
+  'PORT',
+  'HOST',
+  'BASE_URL',
+  'DATABASE_URL',
+  'REDIS_URL',
+  'TRUST_PROXY',
+  'API_ENABLED',
+  'ANONYMOUS_CLI',
+  'ANON_HOURLY_LIMIT',
+  'CONTENT_BLOCKLIST_FILE',
+  'WEBHOOK_ALLOW_PRIVATE',
+  'SWEEP_INTERVAL_SECONDS',
+  'LOG_LEVEL',
+  'NODE_TEST_CONTEXT',
+  'NODE_OPTIONS',
+];
+
+function childEnv(extra: Record<string, string>): NodeJS.ProcessEnv {
+  const env: NodeJS.ProcessEnv = { ...process.env };
+  for (const name of SETTINGS) delete env[name];
+  return { ...env, LOG_LEVEL: 'silent', ...extra };
+}
+
+interface Run {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+function fastpaste(args: string[], env: Record<string, string>): Promise<Run> {
+  return new Promise((resolve) => {
+    execFile(
+      process.execPath,
+      ['bin/fastpaste.js', ...args],
+      { cwd: ROOT, env: childEnv(env), timeout: 30_000 },
+      (error, stdout, stderr) => {
+        const code = error ? (typeof error.code === 'number' ? error.code : null) : 0;
+        resolve({ code, stdout, stderr });
+      },
+    );
+  });
+}
+
+function assertOk(run: Run, what: string): void {
+  assert.equal(run.code, 0, `${what} exited ${run.code}: ${run.stderr}${run.stdout}`);
+}
+
+async function stopChild(child: ChildProcess): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return;
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  child.kill('SIGTERM');
+  const timer = setTimeout(() => child.kill('SIGKILL'), 5000);
+  await exited;
+  clearTimeout(timer);
+}
+
+/** `node bin/fastpaste.js serve` on a free port; resolves once /healthz answers. Stopped at test end. */
+async function serveProcess(t: TestContext, env: Record<string, string>): Promise<string> {
+  const port = await freePort();
+  const child = spawn(process.execPath, ['bin/fastpaste.js', 'serve'], {
+    cwd: ROOT,
+    env: childEnv({ HOST: '127.0.0.1', PORT: String(port), ...env }),
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  t.after(() => stopChild(child));
+  let output = '';
+  const collect = (chunk: Buffer) => {
+    if (output.length < 50_000) output += chunk.toString('utf8');
+  };
+  child.stdout?.on('data', collect);
+  child.stderr?.on('data', collect);
+  const url = `http://127.0.0.1:${port}`;
+  const deadline = Date.now() + 20_000;
+  while (Date.now() < deadline) {
+    if (child.exitCode !== null) throw new Error(`serve exited ${child.exitCode}: ${output}`);
+    try {
+      if ((await fetch(`${url}/healthz`)).status === 200) return url;
+    } catch {
+      // not listening yet
+    }
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+  throw new Error(`serve did not answer within 20 s: ${output}`);
+}
+
+describe('fastpaste keys limits / keys usage', () => {
+  it('limits set by the tool are enforced by a running server, and usage shows used and left per window', async (t) => {
+    // Stay clear of an hour boundary, which would reset the hourly count mid-test.
+    const toNextHour = HOUR - (Date.now() % HOUR);
+    if (toNextHour < 20 * SECOND) await new Promise((resolve) => setTimeout(resolve, toNextHour + SECOND));
+
+    const dir = tempDir(t, 'fastpaste-quota-cli-');
+    const env = { DATABASE_URL: `sqlite:${join(dir, 'db.sqlite')}` };
+    const created = await fastpaste(['keys', 'create', '--name', 'x', '--json'], env);
+    assertOk(created, 'keys create');
+    const key = JSON.parse(created.stdout.trim()).key as string;
+
+    const set = await fastpaste(['keys', 'limits', key, '--hourly', '2', '--daily', '5'], env);
+    assertOk(set, 'keys limits');
+    assert.match(set.stdout, /hourly 2/);
+    assert.match(set.stdout, /daily 5/);
+
+    const url = await serveProcess(t, env);
+    const list = () => request(`${url}/api/v1/pastes`, { headers: { 'x-api-key': key } });
+    await expectEach(2, list, 200, 'requests within the limit');
+
+    const usage = await fastpaste(['keys', 'usage', key, '--json'], env);
+    assertOk(usage, 'keys usage');
+    const windows = JSON.parse(usage.stdout.trim()) as Array<Record<string, unknown>>;
+    const byKind = Object.fromEntries(windows.map((w) => [w.window, w]));
+    assert.deepEqual(Object.keys(byKind).sort(), ['daily', 'hourly', 'monthly']);
+    assert.equal(byKind.hourly?.limit, 2);
+    assert.equal(byKind.hourly?.used, 2);
+    assert.equal(byKind.hourly?.remaining, 0);
+    assert.equal(byKind.daily?.limit, 5);
+    assert.equal(byKind.daily?.used, 2);
+    assert.equal(byKind.daily?.remaining, 3);
+    assert.equal(byKind.monthly?.limit, 0);
+    assert.equal(byKind.monthly?.remaining, null, 'an unlimited window has no remaining count');
+
+    const human = await fastpaste(['keys', 'usage', key], env);
+    assertOk(human, 'keys usage (text)');
+    assert.match(human.stdout, /hourly\s+used 2, 0 left of 2/);
+    assert.match(human.stdout, /daily\s+used 2, 3 left of 5/);
+
+    // The server reads the limits on each request: used up now, raised by the tool, free again.
+    const refused = await list();
+    expectError(refused, 429, 'rate_limited');
+    assert.ok(refused.headers.get('retry-after'), 'Retry-After on the 429');
+    assertOk(await fastpaste(['keys', 'limits', key, '--hourly', '10'], env), 'keys limits (raise)');
+    assertStatus(await list(), 200, 'after raising the hourly limit');
+  });
+
+  it('keys limits and keys usage on an unknown key exit non-zero', async (t) => {
+    const dir = tempDir(t, 'fastpaste-quota-cli-');
+    const env = { DATABASE_URL: `sqlite:${join(dir, 'db.sqlite')}` };
+    const limitsRun = await fastpaste(['keys', 'limits', 'k_000000000000', '--hourly', '2'], env);
+    assert.notEqual(limitsRun.code, 0, `keys limits on an unknown key exited 0: ${limitsRun.stdout}`);
+    assert.match(limitsRun.stderr, /k_000000000000/);
+    const usageRun = await fastpaste(['keys', 'usage', 'k_000000000000'], env);
+    assert.notEqual(usageRun.code, 0, `keys usage on an unknown key exited 0: ${usageRun.stdout}`);
+    const badNumber = await fastpaste(['keys', 'limits', 'k_000000000000', '--hourly', 'lots'], env);
+    assert.notEqual(badNumber.code, 0, 'a non-numeric limit was accepted');
+  });
+});
