@@ -4,8 +4,9 @@
  * database with one call and use inject or a real socket.
  */
 import { randomUUID } from 'node:crypto';
-import Fastify, { type FastifyInstance, type FastifyRequest, type FastifyServerOptions } from 'fastify';
+import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyRequest } from 'fastify';
 import FindMyWay, { type HTTPMethod } from 'find-my-way';
+import { type Logger, pino } from 'pino';
 import type { Config } from './config.js';
 import { AppError } from './errors.js';
 import { registerCliRoutes } from './http/api/cli-routes.js';
@@ -14,21 +15,20 @@ import { sendError } from './http/error-presenter.js';
 import { registerBodyParsers } from './http/request-bodies.js';
 import { SECURITY_HEADERS } from './http/security-headers.js';
 import { registerWebRoutes } from './http/web/web-routes.js';
-import { PastePresenter } from './pastes/paste-presenter.js';
 import type { Services } from './services.js';
 
 export interface AppDeps {
   config: Config;
   services: Services;
-  /** Fastify's logger option; false in tests. */
-  logger?: FastifyServerOptions['logger'];
+  /** The process's logger (see createLogger); none in tests. */
+  logger?: Logger;
 }
 
 const METHODS: HTTPMethod[] = ['GET', 'HEAD', 'POST', 'PUT', 'DELETE', 'PATCH', 'OPTIONS'];
 
-/** The logger settings of the server: secrets in headers never reach a log line. */
-export function loggerOptions(level: string): FastifyServerOptions['logger'] {
-  return {
+/** The server's logger: secrets in headers never reach a log line (no body is ever logged). */
+export function createLogger(level: string): Logger {
+  return pino({
     level,
     redact: {
       paths: [
@@ -39,7 +39,7 @@ export function loggerOptions(level: string): FastifyServerOptions['logger'] {
       ],
       censor: '[redacted]',
     },
-  };
+  });
 }
 
 /** Whether a request is for /api/v1, however its path is spelled (%61pi is api to the router). */
@@ -57,7 +57,7 @@ function isApiRequest(request: FastifyRequest): boolean {
 export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   const { config, services } = deps;
   const app = Fastify({
-    logger: deps.logger ?? false,
+    loggerInstance: (deps.logger ?? pino({ enabled: false })) as FastifyBaseLogger,
     trustProxy: config.trustProxy,
     genReqId: () => randomUUID(),
     requestTimeout: 120_000,
@@ -92,7 +92,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   });
 
   await registerBodyParsers(app);
-  const presenter = new PastePresenter(config.baseUrl);
+  const presenter = services.presenter;
   const apiDeps = { pastes: services.pastes, keys: services.keys, quota: services.quota, presenter };
   await registerPasteRoutes(app, apiDeps);
   await registerCliRoutes(app, {

@@ -19,6 +19,9 @@ export interface Config {
   webhookAllowPrivate: boolean;
   /** A file of regular expressions, one a line, that anonymous content must not match. */
   contentBlocklistFile: string | null;
+  webhookRetryBaseMs: number;
+  webhookTimeoutMs: number;
+  webhookConcurrency: number;
   /** How often the background sweep removes expired pastes. */
   sweepIntervalMs: number;
   logLevel: string;
@@ -110,6 +113,9 @@ export function loadConfig(env: Env = process.env): Config {
     anonHourlyLimit: readInteger(env, 'ANON_HOURLY_LIMIT', 30, 0, 1_000_000_000),
     webhookAllowPrivate: readBoolean(env, 'WEBHOOK_ALLOW_PRIVATE', false),
     contentBlocklistFile: readFile(env, 'CONTENT_BLOCKLIST_FILE'),
+    webhookRetryBaseMs: readInteger(env, 'WEBHOOK_RETRY_BASE_MS', 30_000, 1, 86_400_000),
+    webhookTimeoutMs: readInteger(env, 'WEBHOOK_TIMEOUT_MS', 10_000, 100, 120_000),
+    webhookConcurrency: readInteger(env, 'WEBHOOK_CONCURRENCY', 8, 1, 256),
     sweepIntervalMs: readInteger(env, 'SWEEP_INTERVAL_SECONDS', 60, 1, 86_400) * 1000,
     logLevel,
   };

@@ -2,7 +2,7 @@
  * Starting and stopping the server: read the config, open and migrate storage, build the app,
  * listen, run the expiry sweep, and close cleanly on SIGTERM/SIGINT.
  */
-import { buildApp, loggerOptions } from './app.js';
+import { buildApp, createLogger } from './app.js';
 import type { Config } from './config.js';
 import { createServices } from './services.js';
 import { openStorage } from './storage/database.js';
@@ -11,11 +11,10 @@ import { migrateToLatest } from './storage/migrations.js';
 export async function serve(config: Config): Promise<void> {
   const storage = openStorage(config.databaseUrl);
   await migrateToLatest(storage.db);
-  const services = await createServices(storage, {
-    redisUrl: config.redisUrl,
-    contentPatternsFile: config.contentBlocklistFile,
-  });
-  const app = await buildApp({ config, services, logger: loggerOptions(config.logLevel) });
+  const logger = createLogger(config.logLevel);
+  const services = await createServices(storage, { config, logger });
+  const app = await buildApp({ config, services, logger });
+  services.webhookWorker.start();
 
   // D12: expired pastes answer 404 at once; this removes their rows within minutes.
   const sweep = async () => {
@@ -37,6 +36,8 @@ export async function serve(config: Config): Promise<void> {
     app.log.info({ signal }, 'shutting down');
     clearInterval(sweeper);
     try {
+      // Stop accepting and finish the requests in flight, then let the webhook worker finish its
+      // attempts and give back its claims.
       await app.close();
       await services.close();
       await storage.close();

@@ -1,14 +1,19 @@
 /** The domain services over one storage, built once and shared by the server and the CLI. */
 import { Redis } from 'ioredis';
 import { type Clock, systemClock } from './clock.js';
+import { type Config, loadConfig } from './config.js';
 import { type CounterStore, postgresCounters, redisCounters, sqliteCounters } from './keys/counter-store.js';
 import { KeyService } from './keys/key-service.js';
 import { QuotaService } from './keys/quota-service.js';
 import { ContentChecker } from './pastes/content-check.js';
+import { PastePresenter } from './pastes/paste-presenter.js';
 import { PasteService } from './pastes/paste-service.js';
 import type { Storage } from './storage/database.js';
 import { KeyRepository } from './storage/key-repository.js';
 import { PasteRepository } from './storage/paste-repository.js';
+import { WebhookRepository } from './storage/webhook-repository.js';
+import { DeliveryWorker } from './webhooks/delivery-worker.js';
+import { WebhookOutbox } from './webhooks/webhook-outbox.js';
 
 export interface Services {
   storage: Storage;
@@ -17,17 +22,23 @@ export interface Services {
   keys: KeyService;
   quota: QuotaService;
   contentChecker: ContentChecker;
+  presenter: PastePresenter;
+  webhooks: WebhookRepository;
+  /** Delivers queued webhooks; started by `serve` (and by tests that want deliveries). */
+  webhookWorker: DeliveryWorker;
   /** Closes what the services opened besides the storage (the Redis connection). */
   close(): Promise<void>;
 }
 
 export interface ServiceOptions {
   clock?: Clock;
-  /** Quota counters in Redis instead of the database. */
-  redisUrl?: string | null;
-  /** The administrator's patterns for the anonymous content check. */
-  contentPatternsFile?: string | null;
+  /** The settings; defaults apply to whatever is not given. */
+  config?: Partial<Config>;
+  /** Where background work reports problems. */
+  logger?: { info(o: object, m: string): void; warn(o: object, m: string): void; error(o: object, m: string): void };
 }
+
+const silentLogger = { info() {}, warn() {}, error() {} };
 
 /** A Redis client that fails fast instead of queueing commands while disconnected. */
 function connectRedis(url: string): Redis {
@@ -58,10 +69,11 @@ function untilReady(redis: Redis, timeoutMs: number): Promise<void> {
 
 export async function createServices(storage: Storage, options: ServiceOptions = {}): Promise<Services> {
   const clock = options.clock ?? systemClock;
+  const config = { ...loadConfig({}), ...options.config };
   let redis: Redis | null = null;
   let counters: CounterStore;
-  if (options.redisUrl) {
-    redis = connectRedis(options.redisUrl);
+  if (config.redisUrl) {
+    redis = connectRedis(config.redisUrl);
     await untilReady(redis, 5000);
     counters = redisCounters(redis);
   } else if (storage.sqlite) {
@@ -69,14 +81,34 @@ export async function createServices(storage: Storage, options: ServiceOptions =
   } else {
     counters = await postgresCounters(storage.pgPool);
   }
+  const presenter = new PastePresenter(config.baseUrl);
+  const outbox = new WebhookOutbox(presenter);
+  const webhooks = new WebhookRepository(storage.db, storage.dialect);
+  const webhookWorker = new DeliveryWorker(
+    webhooks,
+    clock,
+    {
+      concurrency: config.webhookConcurrency,
+      pollMs: 1000,
+      timeoutMs: config.webhookTimeoutMs,
+      retryBaseMs: config.webhookRetryBaseMs,
+      allowPrivate: config.webhookAllowPrivate,
+    },
+    options.logger ?? silentLogger,
+  );
+  outbox.onCommitted(() => webhookWorker.wake());
   return {
     storage,
     clock,
-    pastes: new PasteService(new PasteRepository(storage.db), clock),
-    keys: new KeyService(new KeyRepository(storage.db), clock),
+    pastes: new PasteService(new PasteRepository(storage.db), clock, outbox),
+    keys: new KeyService(new KeyRepository(storage.db), clock, { allowPrivate: config.webhookAllowPrivate }),
     quota: new QuotaService(counters, clock),
-    contentChecker: ContentChecker.fromFile(options.contentPatternsFile ?? null),
+    contentChecker: ContentChecker.fromFile(config.contentBlocklistFile),
+    presenter,
+    webhooks,
+    webhookWorker,
     async close() {
+      await webhookWorker.stop();
       if (redis) redis.disconnect();
     },
   };

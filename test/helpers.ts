@@ -23,6 +23,11 @@ export class ManualClock {
   }
 }
 
+/** Real time, for tests of background work (webhook retries) that wait on timers. */
+export class SystemClock extends ManualClock {
+  override readonly read = (): number => Date.now();
+}
+
 export interface TestServer {
   app: FastifyInstance;
   services: Services;
@@ -39,7 +44,8 @@ export interface TestServer {
 export interface TestServerOptions {
   /** Settings as environment variables would give them (PORT and BASE_URL are set for you). */
   env?: Record<string, string>;
-  clock?: ManualClock;
+  /** A manual clock (the default, at 2026-01-15 12:00 UTC), or 'system' for real time. */
+  clock?: ManualClock | 'system';
   /** Reuse this SQLite file (a restart); it is then left in place by close(). */
   databasePath?: string;
 }
@@ -60,7 +66,7 @@ export function freePort(): Promise<number> {
 export async function startServer(options: TestServerOptions = {}): Promise<TestServer> {
   const dir = options.databasePath ? null : mkdtempSync(join(tmpdir(), 'fastpaste-test-'));
   const databasePath = options.databasePath ?? join(dir as string, 'fastpaste.db');
-  const clock = options.clock ?? new ManualClock();
+  const clock = options.clock === 'system' ? new SystemClock() : (options.clock ?? new ManualClock());
   const storage = openStorage(`sqlite:${databasePath}`);
   await migrateToLatest(storage.db);
 
@@ -72,13 +78,10 @@ export async function startServer(options: TestServerOptions = {}): Promise<Test
     BASE_URL: url,
     ...options.env,
   });
-  const services = await createServices(storage, {
-    clock: clock.read,
-    redisUrl: config.redisUrl,
-    contentPatternsFile: config.contentBlocklistFile,
-  });
+  const services = await createServices(storage, { clock: clock.read, config });
   const app = await buildApp({ config, services });
   await app.listen({ port, host: '127.0.0.1' });
+  services.webhookWorker.start();
   return {
     app,
     services,

@@ -902,7 +902,7 @@ describe('API_ENABLED=false', () => {
   it('answers 503 api_disabled on every /api/v1 route while /raw and /view still work', async () => {
     const key = await server.createKey();
     const { paste } = await server.services.pastes.create(parseCreateInput({ content: 'still readable' }, 'json'), {
-      ownerKeyId: null,
+      owner: null,
       source: 'web',
       ip: null,
     });

@@ -721,7 +721,7 @@ describe('ANONYMOUS_CLI and API_ENABLED', () => {
     const server = await start(t, { env: { API_ENABLED: 'false' } });
     const key = await server.createKey(limits(100, 0, 0));
     const created = await server.services.pastes.create(parseCreateInput({ content: 'still readable' }, 'json'), {
-      ownerKeyId: null,
+      owner: null,
       source: 'api',
       ip: '127.0.0.1',
     });

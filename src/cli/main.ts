@@ -23,7 +23,7 @@ async function withServices<T>(task: (services: Services) => Promise<T>): Promis
   const storage = openStorage(config.databaseUrl);
   try {
     await migrateToLatest(storage.db);
-    const services = await createServices(storage, { redisUrl: config.redisUrl });
+    const services = await createServices(storage, { config });
     try {
       return await task(services);
     } finally {
@@ -170,6 +170,79 @@ keys
       const left = w.limit === 0 ? 'unlimited' : `${w.remaining} left of ${w.limit}`;
       console.log(`  ${w.kind.padEnd(8)} used ${w.used}, ${left}, resets in ${w.resetSeconds} s`);
     }
+  });
+
+keys
+  .command('webhook <key> [url]')
+  .description('set the URL told of every paste created with a key (a new signing secret is shown once), or --clear it')
+  .option('--clear', 'remove the webhook')
+  .action(async (idOrKey: string, url: string | undefined, options: { clear?: boolean }) => {
+    if (!options.clear && !url) throw new AppError('invalid_request', 'Give a URL, or --clear.');
+    if (options.clear && url) throw new AppError('invalid_request', 'Give a URL or --clear, not both.');
+    const { apiKey, secret } = await withServices((s) =>
+      s.keys.setWebhook(idOrKey, options.clear ? null : (url as string)),
+    );
+    if (!secret) {
+      console.log(`Key ${apiKey.id} "${apiKey.name}" has no webhook now.`);
+      return;
+    }
+    console.log(`Key ${apiKey.id} "${apiKey.name}" announces new pastes to ${apiKey.webhookUrl}`);
+    console.log(`Signing secret (shown once, give it to the receiver): ${secret}`);
+  });
+
+keys
+  .command('deliveries <key>')
+  .description('recent webhook deliveries of a key, with every attempt')
+  .option('--limit <n>', 'how many deliveries', wholeNumber, 20)
+  .option('--json', 'print JSON')
+  .action(async (idOrKey: string, options: { limit: number; json?: boolean }) => {
+    const { key, deliveries, attempts } = await withServices(async (s) => {
+      const found = await s.keys.find(idOrKey);
+      if (!found) throw new AppError('not_found', `No API key "${idOrKey}".`);
+      const rows = await s.webhooks.listForKey(found.id, options.limit);
+      return { key: found, deliveries: rows, attempts: await s.webhooks.attemptsOf(rows.map((r) => r.id)) };
+    });
+    const shown = deliveries.map((d) => ({
+      id: d.id,
+      paste_id: d.paste_id,
+      status: d.status,
+      attempts: d.attempts,
+      created_at: formatTimestamp(d.created_at),
+      next_attempt_at: d.status === 'pending' ? formatTimestamp(d.next_attempt_at) : null,
+      last_status_code: d.last_status_code,
+      last_error: d.last_error,
+      history: attempts
+        .filter((a) => a.delivery_id === d.id)
+        .map((a) => ({
+          at: formatTimestamp(a.attempted_at),
+          status_code: a.status_code,
+          error: a.error,
+          duration_ms: a.duration_ms,
+        })),
+    }));
+    if (options.json) {
+      console.log(JSON.stringify(shown));
+      return;
+    }
+    console.log(`Key ${key.id} "${key.name}": ${shown.length} recent deliveries`);
+    for (const d of shown) {
+      console.log(
+        `${d.id}  ${d.status.padEnd(9)} paste ${d.paste_id}  ${d.attempts} attempt(s)  created ${d.created_at} UTC`,
+      );
+      for (const a of d.history) {
+        console.log(`    ${a.at} UTC  ${a.status_code ?? '---'}  ${a.duration_ms} ms${a.error ? `  ${a.error}` : ''}`);
+      }
+      if (d.next_attempt_at) console.log(`    next attempt ${d.next_attempt_at} UTC`);
+    }
+  });
+
+keys
+  .command('redeliver <delivery-id>')
+  .description('send a webhook delivery again (by a running server), with a fresh back-off')
+  .action(async (deliveryId: string) => {
+    const found = await withServices((s) => s.webhooks.requeue(deliveryId, s.clock()));
+    if (!found) throw new AppError('not_found', `No webhook delivery "${deliveryId}".`);
+    console.log(`Delivery ${deliveryId} is queued again; a running server sends it within a second.`);
   });
 
 try {

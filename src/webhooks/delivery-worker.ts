@@ -1,0 +1,173 @@
+/**
+ * The webhook delivery worker, run inside the server process: it claims due deliveries from the
+ * outbox (a lease, so several instances can run one each), sends them with bounded concurrency,
+ * records every attempt, and schedules retries with back-off. Paste creation never waits for it.
+ */
+import { randomBytes } from 'node:crypto';
+import { Webhook } from 'standardwebhooks';
+import type { Clock } from '../clock.js';
+import type { DeliveryRow, KeyWebhook, WebhookRepository } from '../storage/webhook-repository.js';
+import { MAX_ATTEMPTS, retryDelayMs } from './retry-schedule.js';
+import { type SendResult, sendWebhook } from './webhook-sender.js';
+
+export interface WorkerOptions {
+  /** Deliveries in flight at once. */
+  concurrency: number;
+  /** How often the outbox is polled when nothing wakes the worker. */
+  pollMs: number;
+  /** Time-out of one attempt. */
+  timeoutMs: number;
+  /** First retry delay; doubles per attempt (WEBHOOK_RETRY_BASE_MS). */
+  retryBaseMs: number;
+  allowPrivate: boolean;
+}
+
+interface Logger {
+  info(obj: object, msg: string): void;
+  warn(obj: object, msg: string): void;
+  error(obj: object, msg: string): void;
+}
+
+export class DeliveryWorker {
+  readonly id = `w_${randomBytes(8).toString('hex')}`;
+  private readonly inFlight = new Set<Promise<void>>();
+  private timer: NodeJS.Timeout | null = null;
+  private running = false;
+  private polling = false;
+  private pollAgain = false;
+
+  constructor(
+    private readonly repository: WebhookRepository,
+    private readonly clock: Clock,
+    private readonly options: WorkerOptions,
+    private readonly log: Logger,
+  ) {}
+
+  start(): void {
+    this.running = true;
+    this.schedule(0);
+  }
+
+  /** Something was queued: look now instead of at the next poll. */
+  wake(): void {
+    if (this.running) this.schedule(0);
+  }
+
+  /**
+   * Stops claiming, waits (a bounded time) for the attempts in flight, then gives back every
+   * claim this worker still holds so another instance can take them at once.
+   */
+  async stop(graceMs = this.options.timeoutMs + 1000): Promise<void> {
+    this.running = false;
+    if (this.timer) clearTimeout(this.timer);
+    this.timer = null;
+    await Promise.race([Promise.allSettled([...this.inFlight]), new Promise((r) => setTimeout(r, graceMs).unref())]);
+    await this.repository.releaseClaims(this.id);
+  }
+
+  private schedule(delayMs: number): void {
+    if (!this.running) return;
+    if (this.timer) clearTimeout(this.timer);
+    this.timer = setTimeout(() => void this.poll(), delayMs);
+    this.timer.unref();
+  }
+
+  private async poll(): Promise<void> {
+    if (this.polling) {
+      this.pollAgain = true;
+      return;
+    }
+    this.polling = true;
+    try {
+      do {
+        this.pollAgain = false;
+        const room = this.options.concurrency - this.inFlight.size;
+        if (room <= 0 || !this.running) break;
+        const now = this.clock();
+        const claimed = await this.repository.claimDue(now, room, this.id, now + this.options.timeoutMs + 15_000);
+        for (const delivery of claimed) this.track(this.attempt(delivery));
+        if (claimed.length === room) this.pollAgain = true;
+      } while (this.pollAgain && this.running);
+    } catch (err) {
+      this.log.error({ err }, 'webhook outbox poll failed');
+    } finally {
+      this.polling = false;
+      this.schedule(this.options.pollMs);
+    }
+  }
+
+  private track(task: Promise<void>): void {
+    this.inFlight.add(task);
+    void task.finally(() => {
+      this.inFlight.delete(task);
+      // A slot is free: there may be more due.
+      this.wake();
+    });
+  }
+
+  private async attempt(delivery: DeliveryRow): Promise<void> {
+    try {
+      const webhook = await this.repository.keyWebhook(delivery.key_id);
+      const stopped = whyStopped(webhook);
+      const attempts = delivery.attempts + 1;
+      const at = this.clock();
+      if (stopped) {
+        await this.repository.finish(delivery.id, this.id, 'gone', {
+          attempts: delivery.attempts,
+          code: null,
+          error: stopped,
+          at,
+        });
+        return;
+      }
+      const timestamp = new Date(at);
+      const signature = new Webhook(webhook?.secret as string).sign(delivery.id, timestamp, delivery.payload);
+      const headers = {
+        'webhook-id': delivery.id,
+        'webhook-timestamp': String(Math.floor(at / 1000)),
+        'webhook-signature': signature,
+      };
+      // The key's current URL and secret: a rotated webhook gets its pending announcements too.
+      const result = await sendWebhook(webhook?.url as string, headers, delivery.payload, {
+        timeoutMs: this.options.timeoutMs,
+        allowPrivate: this.options.allowPrivate,
+      });
+      await this.record(delivery, attempts, at, result);
+    } catch (err) {
+      this.log.error({ err, delivery: delivery.id }, 'webhook delivery failed unexpectedly');
+    }
+  }
+
+  private async record(delivery: DeliveryRow, attempts: number, at: number, result: SendResult): Promise<void> {
+    const { statusCode: code, error } = result;
+    await this.repository.recordAttempt({
+      id: `att_${randomBytes(10).toString('base64url')}`,
+      delivery_id: delivery.id,
+      attempted_at: at,
+      status_code: code,
+      error,
+      duration_ms: result.durationMs,
+    });
+    const now = this.clock();
+    if (error === null) {
+      await this.repository.finish(delivery.id, this.id, 'delivered', { attempts, code, error, at: now });
+    } else if (code === 410) {
+      // The receiver says the endpoint is gone for good: the key's webhook is turned off.
+      await this.repository.disableKeyWebhook(delivery.key_id);
+      await this.repository.finish(delivery.id, this.id, 'gone', { attempts, code, error, at: now });
+      this.log.warn({ key: delivery.key_id }, 'webhook receiver answered 410; webhook turned off');
+    } else if (attempts >= MAX_ATTEMPTS) {
+      await this.repository.finish(delivery.id, this.id, 'failed', { attempts, code, error, at: now });
+    } else {
+      const nextAttemptAt = now + retryDelayMs(attempts, this.options.retryBaseMs, result.retryAfterMs);
+      await this.repository.reschedule(delivery.id, this.id, { attempts, nextAttemptAt, code, error });
+    }
+  }
+}
+
+function whyStopped(webhook: KeyWebhook | undefined): string | null {
+  if (!webhook) return 'the key no longer exists';
+  if (!webhook.url || !webhook.secret) return 'the key has no webhook any more';
+  if (!webhook.active) return 'the webhook was turned off after the receiver answered 410';
+  return null;
+}
