@@ -104,14 +104,18 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   await registerWebRoutes(app, { pastes: services.pastes, presenter });
 
   app.get('/healthz', async () => ({ error: false, data: { status: 'ok' } }));
+  // Ready when every backend answers; a load balancer takes the instance out while one does not.
   app.get('/readyz', async (_request, reply) => {
-    try {
-      await services.storage.db.selectFrom('api_keys').select('id').limit(1).execute();
-      return { error: false, data: { status: 'ready', database: 'ok' } };
-    } catch {
-      reply.code(503);
-      return { error: true, message: 'The database does not answer.', code: 'service_unavailable' };
-    }
+    const health = await services.health();
+    const ready = health.database && health.redis !== false;
+    const data = {
+      status: ready ? 'ready' : 'unavailable',
+      database: health.database ? 'ok' : 'down',
+      redis: health.redis === null ? 'not used' : health.redis ? 'ok' : 'down',
+    };
+    if (ready) return { error: false, data };
+    reply.code(503);
+    return { error: true, message: 'A backing service does not answer.', code: 'service_unavailable', data };
   });
 
   app.setErrorHandler((error, request, reply) => sendError(request, reply, error));

@@ -1,5 +1,6 @@
 /** The domain services over one storage, built once and shared by the server and the CLI. */
 import { Redis } from 'ioredis';
+import { sql } from 'kysely';
 import { type Clock, systemClock } from './clock.js';
 import { type Config, loadConfig } from './config.js';
 import { type CounterStore, postgresCounters, redisCounters, sqliteCounters } from './keys/counter-store.js';
@@ -26,6 +27,8 @@ export interface Services {
   webhooks: WebhookRepository;
   /** Delivers queued webhooks; started by `serve` (and by tests that want deliveries). */
   webhookWorker: DeliveryWorker;
+  /** Whether each backend answers now, for /readyz. */
+  health(): Promise<{ database: boolean; redis: boolean | null }>;
   /** Closes what the services opened besides the storage (the Redis connection). */
   close(): Promise<void>;
 }
@@ -107,6 +110,17 @@ export async function createServices(storage: Storage, options: ServiceOptions =
     presenter,
     webhooks,
     webhookWorker,
+    async health() {
+      const within = <T>(p: Promise<T>) =>
+        Promise.race([p.then(() => true), new Promise<boolean>((r) => setTimeout(() => r(false), 2000).unref())]).catch(
+          () => false,
+        );
+      const [database, redisOk] = await Promise.all([
+        within(sql`SELECT 1`.execute(storage.db)),
+        redis ? within(redis.ping()) : Promise.resolve(null),
+      ]);
+      return { database, redis: redisOk };
+    },
     async close() {
       await webhookWorker.stop();
       if (redis) redis.disconnect();

@@ -6,6 +6,7 @@
  */
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { AppError, type ErrorCode, type FieldProblem, invalidRequest } from '../errors.js';
+import { isBackendUnavailable } from '../storage/unavailable.js';
 import { SECURITY_HEADERS } from './security-headers.js';
 import { errorPage } from './web/pages.js';
 
@@ -53,6 +54,14 @@ export function toAppError(thrown: unknown): { error: AppError; unexpected: bool
   const err = (thrown ?? {}) as FrameworkError;
   if (err.validation) return { error: fromValidation(err.validation), unexpected: false };
   const known = err.code ? FRAMEWORK_CODES[err.code] : undefined;
+  if (!known && isBackendUnavailable(thrown)) {
+    return {
+      error: new AppError('service_unavailable', 'A backing service does not answer; try again in a moment.', {
+        headers: { 'retry-after': '2' },
+      }),
+      unexpected: false,
+    };
+  }
   if (known) return { error: new AppError(known[0], known[1]), unexpected: false };
   const status = err.statusCode ?? 500;
   if (status >= 400 && status < 500) {
@@ -76,6 +85,7 @@ function wantsPage(request: FastifyRequest): boolean {
 export function sendError(request: FastifyRequest, reply: FastifyReply, thrown: unknown): FastifyReply {
   const { error, unexpected } = toAppError(thrown);
   if (unexpected) request.log.error({ err: thrown }, 'unexpected error');
+  else if (error.code === 'service_unavailable') request.log.warn({ err: thrown }, 'backend unavailable');
   // Also here: some errors (an undecodable path) are answered before the onRequest hooks run.
   reply.headers(SECURITY_HEADERS);
   reply.code(error.status);

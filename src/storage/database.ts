@@ -59,6 +59,8 @@ function openPostgres(url: string): Storage {
     connectionTimeoutMillis: 3000,
     idleTimeoutMillis: 30_000,
     statement_timeout: 10_000,
+    // A server that stops answering (not refusing) must not hang a request either.
+    query_timeout: 5000,
   });
   // A lost connection must not crash the process; the next query reports it.
   pool.on('error', () => {});

@@ -111,6 +111,20 @@ const migrations: Record<string, Migration> = {
         .execute();
     },
   },
+  '0003_rate_limit_counters': {
+    async up(db: Kysely<unknown>) {
+      // The quota counters' table, in the shape rate-limiter-flexible uses on both SQLite and
+      // PostgreSQL; made here, under the migration lock, so instances starting together never
+      // race to create it.
+      await db.schema
+        .createTable('rate_limit_counters')
+        .ifNotExists()
+        .addColumn('key', 'varchar(255)', (c) => c.primaryKey())
+        .addColumn('points', 'integer', (c) => c.notNull().defaultTo(0))
+        .addColumn('expire', 'bigint')
+        .execute();
+    },
+  },
 };
 
 class CompiledMigrations implements MigrationProvider {

@@ -1,0 +1,33 @@
+/**
+ * Whether an error means a backing service (PostgreSQL, Redis, a locked SQLite file) is out of
+ * reach rather than a bug: such a request fails fast with 503 and the service recovers by itself
+ * when the backend returns (pg's pool reconnects, ioredis reconnects).
+ */
+
+const NETWORK_CODES = new Set([
+  'ECONNREFUSED',
+  'ECONNRESET',
+  'ETIMEDOUT',
+  'EPIPE',
+  'EHOSTUNREACH',
+  'ENOTFOUND',
+  'EAI_AGAIN',
+]);
+
+export function isBackendUnavailable(err: unknown): boolean {
+  if (!err || typeof err !== 'object') return false;
+  const { code, message } = err as { code?: unknown; message?: unknown };
+  if (typeof code === 'string') {
+    if (NETWORK_CODES.has(code)) return true;
+    // PostgreSQL: connection exceptions (08), operator intervention (57P01-03: shutdown),
+    // insufficient resources (53).
+    if (/^(08|53)/.test(code) || /^57P0[1-3]$/.test(code)) return true;
+    if (code === 'SQLITE_BUSY' || code === 'SQLITE_LOCKED') return true;
+  }
+  if (typeof message === 'string') {
+    return /Connection terminated|timeout exceeded when trying to connect|Query read timeout|connection is closed|Connection is closed|Client has encountered a connection error/i.test(
+      message,
+    );
+  }
+  return false;
+}
