@@ -127,6 +127,16 @@ const migrations: Record<string, Migration> = {
   },
 };
 
+// biome-ignore lint/suspicious/noExplicitAny: see migrateToLatest
+async function currentSchema(db: Kysely<any>): Promise<string | null> {
+  try {
+    const result = await sql<{ schema: string }>`SELECT current_schema() AS schema`.execute(db);
+    return result.rows[0]?.schema ?? null;
+  } catch {
+    return null; // SQLite has no schemas
+  }
+}
+
 class CompiledMigrations implements MigrationProvider {
   async getMigrations(): Promise<Record<string, Migration>> {
     return migrations;
@@ -136,7 +146,15 @@ class CompiledMigrations implements MigrationProvider {
 /** Applies every migration not yet applied; throws if one fails. */
 // biome-ignore lint/suspicious/noExplicitAny: migrations run on any schema, before the typed one exists
 export async function migrateToLatest(db: Kysely<any>): Promise<string[]> {
-  const migrator = new Migrator({ db, provider: new CompiledMigrations() });
+  // On PostgreSQL the migrator's own tables are named with the current schema: its "does the
+  // table exist" check looks across every schema, and a database holding several fastpaste
+  // schemas (one per tenant or test) would otherwise find another schema's table.
+  const schema = await currentSchema(db);
+  const migrator = new Migrator({
+    db,
+    provider: new CompiledMigrations(),
+    ...(schema ? { migrationTableSchema: schema } : {}),
+  });
   const { error, results } = await migrator.migrateToLatest();
   if (error) throw error;
   return (results ?? []).filter((r) => r.status === 'Success').map((r) => r.migrationName);
