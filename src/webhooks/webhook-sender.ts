@@ -45,10 +45,11 @@ export function sendWebhook(
   const maxBytes = options.maxResponseBytes ?? 4096;
   return new Promise((resolve) => {
     let settled = false;
+    let timer: NodeJS.Timeout | undefined;
     const finish = (result: Omit<SendResult, 'durationMs'>) => {
       if (settled) return;
       settled = true;
-      clearTimeout(timer);
+      if (timer) clearTimeout(timer);
       resolve({ ...result, durationMs: Date.now() - started });
     };
     let url: URL;
@@ -71,7 +72,7 @@ export function sendWebhook(
       },
       ...(agent ? { agent } : { agent: false }),
     });
-    const timer = setTimeout(() => {
+    timer = setTimeout(() => {
       request.destroy(new Error(`timed out after ${options.timeoutMs} ms`));
     }, options.timeoutMs);
     request.on('response', (response) => {

@@ -1,0 +1,1187 @@
+/**
+ * Paste-created webhooks (api-v1.md Events; D4, D10, D19, D21): the body exactly as the Events
+ * table, Standard Webhooks headers and signature (checked with the standardwebhooks package and
+ * with the known test vector), the outbox written in the paste's transaction, delivery at least
+ * once with the same webhook-id on every attempt, growing back-off, Retry-After, 410, the time-out,
+ * redirects not followed, at most a few KB of the answer read, bounded concurrency, paste creation
+ * never slowed by a receiver, durability across SIGKILL, the address guard at set time and at
+ * connection time, and the administrator's `keys webhook / deliveries / redeliver`.
+ *
+ * Every receiver listens on 127.0.0.1; no request leaves the machine. Servers run on the system
+ * clock because the worker waits on real timers (it polls every second and is woken on commit).
+ */
+import assert from 'node:assert/strict';
+import { type ChildProcess, execFile, spawn } from 'node:child_process';
+import { createHmac, randomBytes } from 'node:crypto';
+import { mkdtempSync, rmSync } from 'node:fs';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { describe, it, type TestContext } from 'node:test';
+import { fileURLToPath } from 'node:url';
+import Database from 'better-sqlite3';
+import { Webhook } from 'standardwebhooks';
+import { loadConfig } from '../src/config.js';
+import { MAX_ATTEMPTS, retryDelayMs } from '../src/webhooks/retry-schedule.js';
+import { encryptForTest, freePort, request, startServer, type TestServer } from './helpers.js';
+
+const SECOND = 1000;
+const HOUR = 3_600_000;
+const ROOT = fileURLToPath(new URL('..', import.meta.url));
+const TIMESTAMP = /^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d$/;
+
+/**
+ * These tests read and write the SQLite file behind the server (better-sqlite3); on a PostgreSQL
+ * run (TEST_DATABASE_URL) they are skipped.
+ */
+const SQLITE_ONLY = { skip: process.env.TEST_DATABASE_URL ? 'reads the SQLite file directly' : false };
+
+const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
+
+// ---------------------------------------------------------------------------------------------
+// Clean-up: one stack per test, run last-in first-out (receivers close before the server, so the
+// worker's in-flight attempts end at once instead of waiting for their time-out).
+// ---------------------------------------------------------------------------------------------
+
+type Cleanup = () => unknown;
+const stacks = new WeakMap<TestContext, Cleanup[]>();
+
+function defer(t: TestContext, fn: Cleanup): void {
+  let stack = stacks.get(t);
+  if (!stack) {
+    const created: Cleanup[] = [];
+    stacks.set(t, created);
+    t.after(async () => {
+      while (created.length > 0) {
+        const next = created.pop() as Cleanup;
+        try {
+          await next();
+        } catch (err) {
+          console.error('clean-up failed:', err);
+        }
+      }
+    });
+    stack = created;
+  }
+  stack.push(fn);
+}
+
+function tempDir(t: TestContext): string {
+  const dir = mkdtempSync(join(tmpdir(), 'fastpaste-webhooks-'));
+  defer(t, () => rmSync(dir, { recursive: true, force: true }));
+  return dir;
+}
+
+/** Settings for tests: receivers are on 127.0.0.1, back-off short. */
+const TEST_ENV = { WEBHOOK_ALLOW_PRIVATE: 'true', WEBHOOK_RETRY_BASE_MS: '50', WEBHOOK_TIMEOUT_MS: '2000' };
+
+async function start(t: TestContext, env: Record<string, string> = {}): Promise<TestServer> {
+  const server = await startServer({ clock: 'system', env: { ...TEST_ENV, ...env } });
+  defer(t, () => server.close());
+  return server;
+}
+
+async function waitUntil(cond: () => boolean | Promise<boolean>, timeoutMs: number, what: string): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await cond())) {
+    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+    await sleep(25);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// A receiver on 127.0.0.1 that records every request
+// ---------------------------------------------------------------------------------------------
+
+interface Received {
+  method: string;
+  path: string;
+  headers: http.IncomingHttpHeaders;
+  body: string;
+  /** When the whole request body had arrived. */
+  at: number;
+}
+
+type Handler = (req: http.IncomingMessage, res: http.ServerResponse, received: Received, index: number) => void;
+
+const answer200: Handler = (_req, res) => {
+  res.writeHead(200, { 'content-type': 'text/plain' });
+  res.end('ok');
+};
+
+interface Receiver {
+  port: number;
+  url: string;
+  received: Received[];
+  /** Requests whose answer has not finished yet, and the most ever at once. */
+  open: number;
+  maxOpen: number;
+  handler: Handler;
+  waitFor(count: number, timeoutMs: number): Promise<void>;
+  close(): Promise<void>;
+}
+
+async function startReceiver(t: TestContext, handler: Handler = answer200, port = 0): Promise<Receiver> {
+  const receiver: Receiver = {
+    port: 0,
+    url: '',
+    received: [],
+    open: 0,
+    maxOpen: 0,
+    handler,
+    async waitFor(count, timeoutMs) {
+      await waitUntil(() => receiver.received.length >= count, timeoutMs, `${count} request(s) at the receiver`);
+    },
+    async close() {
+      server.closeAllConnections();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    },
+  };
+  const server = http.createServer((req, res) => {
+    receiver.open++;
+    receiver.maxOpen = Math.max(receiver.maxOpen, receiver.open);
+    res.once('close', () => {
+      receiver.open--;
+    });
+    const chunks: Buffer[] = [];
+    req.on('data', (chunk: Buffer) => chunks.push(chunk));
+    req.on('end', () => {
+      const received: Received = {
+        method: req.method ?? '',
+        path: req.url ?? '',
+        headers: req.headers,
+        body: Buffer.concat(chunks).toString('utf8'),
+        at: Date.now(),
+      };
+      const index = receiver.received.push(received) - 1;
+      receiver.handler(req, res, received, index);
+    });
+  });
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(port, '127.0.0.1', () => resolve());
+  });
+  receiver.port = (server.address() as AddressInfo).port;
+  receiver.url = `http://127.0.0.1:${receiver.port}/`;
+  defer(t, () => receiver.close());
+  return receiver;
+}
+
+function header(received: Received, name: string): string {
+  const value = received.headers[name];
+  assert.equal(typeof value, 'string', `header ${name} missing or repeated: ${JSON.stringify(received.headers)}`);
+  return value as string;
+}
+
+function webhookHeaders(received: Received): Record<string, string> {
+  return {
+    'webhook-id': header(received, 'webhook-id'),
+    'webhook-timestamp': header(received, 'webhook-timestamp'),
+    'webhook-signature': header(received, 'webhook-signature'),
+  };
+}
+
+const payloadOf = (received: Received): Record<string, unknown> => JSON.parse(received.body);
+
+// ---------------------------------------------------------------------------------------------
+// The database, read (and in two tests written) directly
+// ---------------------------------------------------------------------------------------------
+
+interface DeliveryRow {
+  id: string;
+  key_id: string;
+  paste_id: string;
+  url: string;
+  payload: string;
+  status: string;
+  attempts: number;
+  next_attempt_at: number;
+  locked_until: number | null;
+  locked_by: string | null;
+  last_status_code: number | null;
+  last_error: string | null;
+}
+
+interface AttemptRow {
+  delivery_id: string;
+  attempted_at: number;
+  status_code: number | null;
+  error: string | null;
+  duration_ms: number;
+}
+
+function withDb<T>(path: string, fn: (db: Database.Database) => T): T {
+  const db = new Database(path, { fileMustExist: true });
+  db.pragma('busy_timeout = 5000');
+  try {
+    return fn(db);
+  } finally {
+    db.close();
+  }
+}
+
+function deliveries(path: string): DeliveryRow[] {
+  return withDb(path, (db) => db.prepare('SELECT * FROM webhook_deliveries ORDER BY created_at, id').all() as any[]);
+}
+
+function deliveryFor(path: string, pasteId: string): DeliveryRow | undefined {
+  return deliveries(path).find((d) => d.paste_id === pasteId);
+}
+
+function attemptsOf(path: string, deliveryId: string): AttemptRow[] {
+  return withDb(
+    path,
+    (db) =>
+      db
+        .prepare('SELECT * FROM webhook_attempts WHERE delivery_id = ? ORDER BY attempted_at, rowid')
+        .all(deliveryId) as any[],
+  );
+}
+
+function keyRow(path: string, keyId: string): { webhook_url: string | null; webhook_active: number } {
+  return withDb(path, (db) => db.prepare('SELECT * FROM api_keys WHERE id = ?').get(keyId) as any);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Keys and pastes
+// ---------------------------------------------------------------------------------------------
+
+interface HookKey {
+  key: string;
+  id: string;
+  secret: string;
+}
+
+async function hookKey(server: TestServer, url: string, name = 'hook key'): Promise<HookKey> {
+  const created = await server.services.keys.create({ name, webhookUrl: url });
+  assert.ok(created.webhookSecret, 'a key made with a webhook URL gets a signing secret');
+  return { key: created.key, id: created.apiKey.id, secret: created.webhookSecret };
+}
+
+async function createPaste(
+  server: TestServer,
+  key: string,
+  json: Record<string, unknown> = { content: 'hello, webhook receivers' },
+): Promise<string> {
+  const answer = await request(`${server.url}/api/v1/paste`, { method: 'POST', headers: { 'x-api-key': key }, json });
+  assert.equal(answer.status, 201, `create: ${answer.status} ${answer.text.slice(0, 300)}`);
+  return answer.body.data.paste_id as string;
+}
+
+/** Waits until the delivery of `pasteId` has at least `count` recorded attempts; returns them. */
+async function waitForAttempts(
+  server: TestServer,
+  pasteId: string,
+  count: number,
+  timeoutMs: number,
+): Promise<AttemptRow[]> {
+  let attempts: AttemptRow[] = [];
+  await waitUntil(
+    () => {
+      const delivery = deliveryFor(server.databasePath, pasteId);
+      attempts = delivery ? attemptsOf(server.databasePath, delivery.id) : [];
+      return attempts.length >= count;
+    },
+    timeoutMs,
+    `${count} recorded attempt(s) for paste ${pasteId}`,
+  );
+  return attempts;
+}
+
+async function waitForStatus(server: TestServer, pasteId: string, status: string, timeoutMs: number) {
+  let row: DeliveryRow | undefined;
+  await waitUntil(
+    () => {
+      row = deliveryFor(server.databasePath, pasteId);
+      return row?.status === status;
+    },
+    timeoutMs,
+    `delivery of ${pasteId} to be ${status} (is ${row?.status})`,
+  );
+  return row as DeliveryRow;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The real binary
+// ---------------------------------------------------------------------------------------------
+
+const SETTINGS = [
+  'PORT',
+  'HOST',
+  'BASE_URL',
+  'DATABASE_URL',
+  'REDIS_URL',
+  'TRUST_PROXY',
+  'API_ENABLED',
+  'ANONYMOUS_CLI',
+  'ANON_HOURLY_LIMIT',
+  'CONTENT_BLOCKLIST_FILE',
+  'WEBHOOK_ALLOW_PRIVATE',
+  'WEBHOOK_RETRY_BASE_MS',
+  'WEBHOOK_TIMEOUT_MS',
+  'WEBHOOK_CONCURRENCY',
+  'SWEEP_INTERVAL_SECONDS',
+  'LOG_LEVEL',
+  'NODE_TEST_CONTEXT',
+  'NODE_OPTIONS',
+];
+
+function childEnv(extra: Record<string, string>): NodeJS.ProcessEnv {
+  const env: NodeJS.ProcessEnv = { ...process.env };
+  for (const name of SETTINGS) delete env[name];
+  return { ...env, LOG_LEVEL: 'silent', ...extra };
+}
+
+interface Run {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+function fastpaste(args: string[], env: Record<string, string>): Promise<Run> {
+  return new Promise((resolve) => {
+    execFile(
+      process.execPath,
+      ['bin/fastpaste.js', ...args],
+      { cwd: ROOT, env: childEnv(env), timeout: 30_000 },
+      (error, stdout, stderr) => {
+        const code = error ? (typeof error.code === 'number' ? error.code : null) : 0;
+        resolve({ code, stdout, stderr });
+      },
+    );
+  });
+}
+
+function assertOk(run: Run, what: string): void {
+  assert.equal(run.code, 0, `${what} exited ${run.code}: ${run.stderr}${run.stdout}`);
+}
+
+async function stopChild(child: ChildProcess, signal: NodeJS.Signals = 'SIGTERM'): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return;
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  child.kill(signal);
+  const timer = setTimeout(() => child.kill('SIGKILL'), 5000);
+  await exited;
+  clearTimeout(timer);
+}
+
+/** `node bin/fastpaste.js serve` on a free port; resolves once /healthz answers. */
+async function serveProcess(
+  t: TestContext,
+  env: Record<string, string>,
+): Promise<{ url: string; child: ChildProcess }> {
+  const port = await freePort();
+  const url = `http://127.0.0.1:${port}`;
+  const child = spawn(process.execPath, ['bin/fastpaste.js', 'serve'], {
+    cwd: ROOT,
+    env: childEnv({ HOST: '127.0.0.1', PORT: String(port), BASE_URL: url, ...env }),
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  defer(t, () => stopChild(child));
+  let output = '';
+  const collect = (chunk: Buffer) => {
+    if (output.length < 50_000) output += chunk.toString('utf8');
+  };
+  child.stdout?.on('data', collect);
+  child.stderr?.on('data', collect);
+  const deadline = Date.now() + 20_000;
+  while (Date.now() < deadline) {
+    if (child.exitCode !== null) throw new Error(`serve exited ${child.exitCode}: ${output}`);
+    try {
+      if ((await fetch(`${url}/healthz`)).status === 200) return { url, child };
+    } catch {
+      // not listening yet
+    }
+    await sleep(100);
+  }
+  throw new Error(`serve did not answer within 20 s: ${output}`);
+}
+
+// =============================================================================================
+// The body
+// =============================================================================================
+
+describe('webhook body (api-v1.md Events; D4, D10, D21)', SQLITE_ONLY, () => {
+  it('has exactly the Events fields, with type, source, download_url and expires_at as the decisions say', async (t) => {
+    const server = await start(t);
+    const receiver = await startReceiver(t);
+    const hook = await hookKey(server, receiver.url, 'body key');
+    const plainKey = await server.createKey({ name: 'no webhook' });
+    const expected = new Map<string, Record<string, unknown>>();
+
+    const detailOf = async (id: string) => {
+      const answer = await request(`${server.url}/api/v1/paste/${id}`, { headers: { 'x-api-key': hook.key } });
+      assert.equal(answer.status, 200, answer.text);
+      return answer.body.data as { created_at: string; expires_at: string | null };
+    };
+    const expect = async (
+      id: string,
+      fields: { type: string; source: string; download: boolean; expiresAt?: string | null },
+    ) => {
+      const detail = await detailOf(id);
+      assert.match(detail.created_at, TIMESTAMP);
+      expected.set(id, {
+        event: 'paste_created',
+        paste_id: id,
+        type: fields.type,
+        source: fields.source,
+        api_key_name: 'body key',
+        url: `${server.url}/view/${id}`,
+        raw_url: `${server.url}/raw/${id}`,
+        download_url: fields.download ? `${server.url}/download/${id}` : null,
+        expires_at: fields.expiresAt === undefined ? detail.expires_at : fields.expiresAt,
+        created_at: detail.created_at,
+        ip: '127.0.0.1',
+      });
+    };
+
+    // JSON text that never expires: expires_at null (D4).
+    const never = await createPaste(server, hook.key, { content: 'never expires', expiry: 'never' });
+    await expect(never, { type: 'text', source: 'api', download: true, expiresAt: null });
+
+    // JSON text for an hour: expires_at is created_at + 1 h in the D3 format.
+    const hourly = await createPaste(server, hook.key, { content: 'an hour long', expiry: '1h' });
+    await expect(hourly, { type: 'text', source: 'api', download: true });
+
+    // An upload: type file (D10).
+    const form = new FormData();
+    form.append('file', new Blob(['print("uploaded")\n'], { type: 'text/plain' }), 'script.py');
+    const uploaded = await request(`${server.url}/api/v1/paste`, {
+      method: 'POST',
+      headers: { 'x-api-key': hook.key },
+      body: form,
+    });
+    assert.equal(uploaded.status, 201, uploaded.text);
+    const upload = uploaded.body.data.paste_id as string;
+    await expect(upload, { type: 'file', source: 'api', download: true });
+
+    // E2E, not downloadable: /download answers 403, so download_url is null (D21). The decryption
+    // key sent with the request is never stored, so it is not in the webhook's url either.
+    const sealed = await encryptForTest('a secret nobody but the client reads');
+    const encrypted = await createPaste(server, hook.key, { content: sealed.wire, encrypt: true, key: sealed.key });
+    const download = await fetch(`${server.url}/download/${encrypted}`);
+    await download.arrayBuffer();
+    assert.equal(download.status, 403, 'the non-downloadable E2E paste answers 403 at /download');
+    await expect(encrypted, { type: 'text', source: 'api', download: false });
+
+    // E2E, downloadable: download_url is there.
+    const sealed2 = await encryptForTest('downloadable ciphertext');
+    const downloadable = await createPaste(server, hook.key, {
+      content: sealed2.wire,
+      encrypt: true,
+      downloadable: true,
+    });
+    await expect(downloadable, { type: 'text', source: 'api', download: true });
+
+    // A keyed quick-create: source cli (D10).
+    const quick = await request(`${server.url}/api/v1/cli?json=1`, {
+      method: 'POST',
+      headers: { 'x-api-key': hook.key, 'content-type': 'text/plain' },
+      body: 'echo hello from a keyed script\n',
+    });
+    assert.equal(quick.status, 201, quick.text);
+    const cli = quick.body.data.paste_id as string;
+    await expect(cli, { type: 'text', source: 'cli', download: true });
+
+    // Not announced: an anonymous quick-create, and a key without a webhook.
+    const anonymous = await request(`${server.url}/api/v1/cli?json=1`, {
+      method: 'POST',
+      headers: { 'content-type': 'text/plain' },
+      body: 'echo hello from an anonymous script\n',
+    });
+    assert.equal(anonymous.status, 201, anonymous.text);
+    const anonymousId = anonymous.body.data.paste_id as string;
+    const unhooked = await createPaste(server, plainKey, { content: 'a key without a webhook' });
+
+    await receiver.waitFor(expected.size, 10 * SECOND);
+    await sleep(1500); // one more poll: nothing else may arrive
+    assert.equal(receiver.received.length, expected.size, 'exactly one request per announced paste');
+
+    for (const received of receiver.received) {
+      const body = payloadOf(received);
+      const want = expected.get(body.paste_id as string);
+      assert.ok(want, `unexpected announcement ${received.body}`);
+      assert.deepEqual(body, want, `body of ${body.paste_id}`);
+    }
+    const ids = receiver.received.map((r) => payloadOf(r).paste_id);
+    assert.deepEqual(new Set(ids), new Set(expected.keys()));
+    assert.ok(!ids.includes(anonymousId) && !ids.includes(unhooked));
+
+    // The hour-long paste's expires_at, computed here from created_at.
+    const hourBody = payloadOf(receiver.received.find((r) => payloadOf(r).paste_id === hourly) as Received);
+    const createdMs = Date.parse(`${String(hourBody.created_at).replace(' ', 'T')}Z`);
+    assert.ok(Math.abs(createdMs - Date.now()) < 60 * SECOND, `created_at ${hourBody.created_at} is about now (UTC)`);
+    assert.equal(hourBody.expires_at, new Date(createdMs + HOUR).toISOString().slice(0, 19).replace('T', ' '));
+    assert.equal(
+      payloadOf(receiver.received.find((r) => payloadOf(r).paste_id === never) as Received).expires_at,
+      null,
+    );
+
+    // And nothing was queued for the two that are not announced.
+    const queued = deliveries(server.databasePath).map((d) => d.paste_id);
+    assert.ok(!queued.includes(anonymousId), 'no delivery for an anonymous quick-create');
+    assert.ok(!queued.includes(unhooked), 'no delivery for a key without a webhook');
+  });
+});
+
+// =============================================================================================
+// Headers and signature
+// =============================================================================================
+
+describe('webhook headers and signature (D21, Standard Webhooks)', SQLITE_ONLY, () => {
+  it('carries webhook-id, webhook-timestamp, webhook-signature and JSON; verifies with standardwebhooks', async (t) => {
+    const server = await start(t);
+    const receiver = await startReceiver(t);
+    const target = `${receiver.url}hooks/fastpaste?src=fp`;
+    const hook = await hookKey(server, target);
+    assert.match(hook.secret, /^whsec_[A-Za-z0-9+/]+={0,2}$/);
+    const pasteId = await createPaste(server, hook.key);
+    await receiver.waitFor(1, 10 * SECOND);
+    const received = receiver.received[0] as Received;
+
+    assert.equal(received.method, 'POST');
+    assert.equal(received.path, '/hooks/fastpaste?src=fp', 'the URL path and query are kept');
+    assert.match(header(received, 'content-type'), /^application\/json(;|$)/);
+
+    const id = header(received, 'webhook-id');
+    assert.match(id, /^msg_[A-Za-z0-9_-]+$/);
+    assert.equal(id, deliveryFor(server.databasePath, pasteId)?.id, 'webhook-id is the stored delivery id');
+
+    const timestamp = header(received, 'webhook-timestamp');
+    assert.match(timestamp, /^\d+$/, 'webhook-timestamp is whole seconds');
+    assert.ok(Math.abs(Number(timestamp) - Date.now() / 1000) < 30, `webhook-timestamp ${timestamp} is about now`);
+
+    const signature = header(received, 'webhook-signature');
+    assert.match(signature, /^v1,[A-Za-z0-9+/]{43}=( v1,[A-Za-z0-9+/]{43}=)*$/);
+
+    // The standardwebhooks package accepts it, and returns the body.
+    const verified = new Webhook(hook.secret).verify(received.body, webhookHeaders(received));
+    assert.deepEqual(verified, payloadOf(received));
+    assert.equal(payloadOf(received).paste_id, pasteId);
+
+    // D21 by hand: base64 HMAC-SHA256 of id.timestamp.body with the secret's bytes.
+    const mac = createHmac('sha256', Buffer.from(hook.secret.slice('whsec_'.length), 'base64'))
+      .update(`${id}.${timestamp}.${received.body}`)
+      .digest('base64');
+    assert.ok(signature.split(' ').includes(`v1,${mac}`), `signature ${signature} is v1,${mac}`);
+
+    // And it is a real check: another body or another secret fails.
+    assert.throws(() => new Webhook(hook.secret).verify(`${received.body} `, webhookHeaders(received)));
+    const other = `whsec_${randomBytes(32).toString('base64')}`;
+    assert.throws(() => new Webhook(other).verify(received.body, webhookHeaders(received)));
+  });
+});
+
+describe('the standardwebhooks test vector (dependencies.md)', () => {
+  it('signs the known Standard Webhooks test vector (dependencies.md) with the Webhook class the worker uses', () => {
+    const signature = new Webhook('whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw').sign(
+      'msg_p5jXN8AQM9LWM0D4loKWxJek',
+      new Date(1614265330 * 1000),
+      '{"test": 2432232314}',
+    );
+    assert.equal(signature, 'v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=');
+    // The same by the D21 definition.
+    const mac = createHmac('sha256', Buffer.from('MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw', 'base64'))
+      .update('msg_p5jXN8AQM9LWM0D4loKWxJek.1614265330.{"test": 2432232314}')
+      .digest('base64');
+    assert.equal(`v1,${mac}`, signature);
+  });
+});
+
+// =============================================================================================
+// Retries, time-out, redirects, the answer's size, Retry-After, 410
+// =============================================================================================
+
+describe('webhook delivery attempts (D21)', SQLITE_ONLY, () => {
+  it('a receiver answering 500, 500, 200 gets exactly three POSTs with the same webhook-id, then nothing', async (t) => {
+    const server = await start(t);
+    const receiver = await startReceiver(t, (_req, res, _r, index) => {
+      res.writeHead(index < 2 ? 500 : 200);
+      res.end(index < 2 ? 'down' : 'ok');
+    });
+    const hook = await hookKey(server, receiver.url);
+    const pasteId = await createPaste(server, hook.key);
+    await receiver.waitFor(3, 15 * SECOND);
+    await sleep(2500); // well past the back-off and the 1 s poll
+    assert.equal(receiver.received.length, 3, 'nothing after the 200');
+
+    const ids = receiver.received.map((r) => header(r, 'webhook-id'));
+    assert.equal(new Set(ids).size, 1, `the same webhook-id on every attempt: ${ids.join(', ')}`);
+    assert.equal(new Set(receiver.received.map((r) => r.body)).size, 1, 'the same body on every attempt');
+    for (const received of receiver.received) {
+      new Webhook(hook.secret).verify(received.body, webhookHeaders(received));
+    }
+
+    const listed = await server.services.webhooks.listForKey(hook.id, 10);
+    assert.equal(listed.length, 1);
+    const delivery = listed[0];
+    assert.ok(delivery);
+    assert.equal(delivery.id, ids[0]);
+    assert.equal(delivery.paste_id, pasteId);
+    assert.equal(delivery.status, 'delivered');
+    assert.equal(delivery.attempts, 3);
+    const attempts = await server.services.webhooks.attemptsOf([delivery.id]);
+    assert.deepEqual(
+      attempts.map((a) => a.status_code),
+      [500, 500, 200],
+    );
+    assert.ok(attempts[0]?.error && attempts[1]?.error, 'the failed attempts record an error');
+    assert.equal(attempts[2]?.error, null);
+  });
+
+  it('a receiver that never answers is cut at WEBHOOK_TIMEOUT_MS, recorded as timed out, and retried', async (t) => {
+    const server = await start(t, { WEBHOOK_TIMEOUT_MS: '1000' });
+    const receiver = await startReceiver(t, () => {
+      // never answers
+    });
+    const hook = await hookKey(server, receiver.url);
+    const pasteId = await createPaste(server, hook.key);
+    await receiver.waitFor(2, 10 * SECOND);
+    const [first, second] = receiver.received as [Received, Received];
+    assert.equal(header(first, 'webhook-id'), header(second, 'webhook-id'), 'the retry has the same webhook-id');
+    assert.ok(second.at - first.at >= 900, `the retry came ${second.at - first.at} ms after the first attempt`);
+
+    const attempts = await waitForAttempts(server, pasteId, 1, 5 * SECOND);
+    const attempt = attempts[0] as AttemptRow;
+    assert.equal(attempt.status_code, null);
+    assert.match(attempt.error ?? '', /timed? ?out/i);
+    assert.ok(
+      attempt.duration_ms >= 900 && attempt.duration_ms < 2500,
+      `the attempt lasted ${attempt.duration_ms} ms, about the 1000 ms time-out`,
+    );
+    assert.equal(deliveryFor(server.databasePath, pasteId)?.status, 'pending', 'still to be retried');
+  });
+
+  it('a redirect (302, then 307) is not followed: the target gets nothing and the attempt is a failure', async (t) => {
+    const server = await start(t);
+    const target = await startReceiver(t);
+    const redirecting = await startReceiver(t, (_req, res, _r, index) => {
+      res.writeHead(index === 0 ? 302 : 307, { location: `${target.url}stolen` });
+      res.end();
+    });
+    const hook = await hookKey(server, redirecting.url);
+    const pasteId = await createPaste(server, hook.key);
+    await redirecting.waitFor(2, 10 * SECOND);
+    const attempts = await waitForAttempts(server, pasteId, 2, 5 * SECOND);
+    await sleep(300);
+    assert.equal(target.received.length, 0, 'the redirect target was never called');
+    assert.deepEqual(
+      attempts.slice(0, 2).map((a) => a.status_code),
+      [302, 307],
+    );
+    for (const attempt of attempts.slice(0, 2)) assert.match(attempt.error ?? '', /redirect/i);
+    assert.notEqual(deliveryFor(server.databasePath, pasteId)?.status, 'delivered');
+  });
+
+  it('a huge answer (50 MB) is not read whole: the attempt ends quickly and the connection is dropped early', async (t) => {
+    const server = await start(t);
+    const total = 50 * 1024 * 1024;
+    const chunk = Buffer.alloc(64 * 1024, 'x');
+    let written = 0;
+    let finished = false;
+    let closed = false;
+    const receiver = await startReceiver(t, (_req, res) => {
+      res.writeHead(200, { 'content-type': 'text/plain', 'content-length': String(total) });
+      res.once('close', () => {
+        closed = true;
+        finished = res.writableFinished;
+      });
+      const pump = () => {
+        while (written < total && !res.destroyed) {
+          written += chunk.length;
+          if (!res.write(chunk)) {
+            res.once('drain', pump);
+            return;
+          }
+        }
+        if (written >= total) res.end();
+      };
+      pump();
+    });
+    const hook = await hookKey(server, receiver.url);
+    const pasteId = await createPaste(server, hook.key);
+    const attempts = await waitForAttempts(server, pasteId, 1, 10 * SECOND);
+    const attempt = attempts[0] as AttemptRow;
+    assert.ok(attempt.duration_ms < 1500, `the attempt took ${attempt.duration_ms} ms`);
+    assert.equal(attempt.status_code, 200);
+    await waitUntil(() => closed, 5 * SECOND, 'the receiver to see the connection close');
+    assert.equal(finished, false, 'the connection was closed before the answer was finished');
+    assert.ok(written < total / 2, `only ${written} of ${total} bytes could be written`);
+    assert.equal((await waitForStatus(server, pasteId, 'delivered', 5 * SECOND)).attempts, 1);
+  });
+
+  it("the receiver's Retry-After delays the next attempt, even with a tiny base", async (t) => {
+    const server = await start(t);
+    const receiver = await startReceiver(t, (_req, res, _r, index) => {
+      if (index === 0) {
+        res.writeHead(503, { 'retry-after': '2' });
+        res.end('busy');
+      } else {
+        res.writeHead(200);
+        res.end('ok');
+      }
+    });
+    const hook = await hookKey(server, receiver.url);
+    const pasteId = await createPaste(server, hook.key);
+    await receiver.waitFor(2, 10 * SECOND);
+    const [first, second] = receiver.received as [Received, Received];
+    assert.ok(second.at - first.at >= 1900, `the retry came ${second.at - first.at} ms after a Retry-After of 2 s`);
+    assert.equal(header(first, 'webhook-id'), header(second, 'webhook-id'));
+    const done = await waitForStatus(server, pasteId, 'delivered', 5 * SECOND);
+    assert.equal(done.attempts, 2);
+  });
+
+  it('410 from the receiver turns the key webhook off: status gone, webhook_active 0, no more deliveries', async (t) => {
+    const server = await start(t);
+    const receiver = await startReceiver(t, (_req, res) => {
+      res.writeHead(410);
+      res.end('gone');
+    });
+    const hook = await hookKey(server, receiver.url);
+    const first = await createPaste(server, hook.key);
+    await receiver.waitFor(1, 10 * SECOND);
+    const gone = await waitForStatus(server, first, 'gone', 5 * SECOND);
+    assert.equal(gone.last_status_code, 410);
+    assert.equal(keyRow(server.databasePath, hook.id).webhook_active, 0, 'api_keys.webhook_active is 0');
+
+    const second = await createPaste(server, hook.key);
+    await sleep(2000);
+    assert.equal(receiver.received.length, 1, 'no retry of the first, nothing for the second');
+    assert.notEqual(deliveryFor(server.databasePath, second)?.status, 'delivered');
+
+    // Setting the webhook again turns it back on.
+    receiver.handler = answer200;
+    const { secret } = await server.services.keys.setWebhook(hook.id, receiver.url);
+    assert.equal(keyRow(server.databasePath, hook.id).webhook_active, 1);
+    const third = await createPaste(server, hook.key);
+    await receiver.waitFor(2, 10 * SECOND);
+    const last = receiver.received[1] as Received;
+    assert.equal(payloadOf(last).paste_id, third);
+    new Webhook(secret as string).verify(last.body, webhookHeaders(last));
+  });
+});
+
+// =============================================================================================
+// The retry schedule and the settings
+// =============================================================================================
+
+describe('retry schedule and settings', () => {
+  it('retryDelayMs grows with attempts, is capped, jitters within ±20%, and spans a day at the production base', () => {
+    const base = 30_000;
+    const nominal = (n: number) => retryDelayMs(n, base, null, () => 0.5);
+    assert.ok(nominal(2) > nominal(1) && nominal(3) > nominal(2) && nominal(4) > nominal(3), 'grows');
+    for (let n = 1; n < 200; n++) assert.ok(nominal(n + 1) >= nominal(n), `never shrinks (attempt ${n})`);
+    const cap = nominal(1000);
+    assert.ok(Number.isFinite(cap) && cap > nominal(1), `capped at ${cap} ms`);
+    assert.ok(cap <= 24 * HOUR, `the cap ${cap} ms is at most a day`);
+    assert.equal(nominal(100), cap);
+    assert.equal(nominal(MAX_ATTEMPTS * 4), cap);
+
+    for (const n of [1, 2, 5, 9, 15, 40]) {
+      const mid = nominal(n);
+      const low = retryDelayMs(n, base, null, () => 0);
+      const high = retryDelayMs(n, base, null, () => 0.999999);
+      assert.ok(low < high, `jitter at attempt ${n}`);
+      for (const value of [low, high, ...Array.from({ length: 50 }, () => retryDelayMs(n, base, null))]) {
+        assert.ok(value >= mid * 0.8 - 1 && value <= mid * 1.2 + 1, `${value} within ±20% of ${mid}`);
+      }
+    }
+
+    // Even with the least jitter every time, the waits before MAX_ATTEMPTS span at least 24 h.
+    let span = 0;
+    for (let n = 1; n < MAX_ATTEMPTS; n++) span += retryDelayMs(n, base, null, () => 0);
+    assert.ok(span >= 24 * HOUR, `${MAX_ATTEMPTS} attempts span ${(span / HOUR).toFixed(1)} h`);
+
+    // A receiver's Retry-After longer than the back-off wins.
+    assert.ok(retryDelayMs(1, 50, 2000, () => 0.5) >= 2000);
+  });
+
+  it('WEBHOOK_TIMEOUT_MS is 10 s by default, WEBHOOK_RETRY_BASE_MS 30 s, and private addresses are refused', () => {
+    const defaults = loadConfig({});
+    assert.equal(defaults.webhookTimeoutMs, 10_000);
+    assert.equal(defaults.webhookRetryBaseMs, 30_000);
+    assert.equal(defaults.webhookAllowPrivate, false);
+    const set = loadConfig({ WEBHOOK_TIMEOUT_MS: '1000', WEBHOOK_RETRY_BASE_MS: '50', WEBHOOK_ALLOW_PRIVATE: 'true' });
+    assert.equal(set.webhookTimeoutMs, 1000);
+    assert.equal(set.webhookRetryBaseMs, 50);
+    assert.equal(set.webhookAllowPrivate, true);
+  });
+});
+
+// =============================================================================================
+// Concurrency and isolation from paste creation
+// =============================================================================================
+
+describe('webhook worker load', SQLITE_ONLY, () => {
+  it('with WEBHOOK_CONCURRENCY=2, at most two requests are open at once while six deliveries drain', async (t) => {
+    const server = await start(t, { WEBHOOK_CONCURRENCY: '2' });
+    const receiver = await startReceiver(t, (_req, res) => {
+      setTimeout(() => {
+        res.writeHead(200);
+        res.end('ok');
+      }, 500);
+    });
+    const hook = await hookKey(server, receiver.url);
+    const ids: string[] = [];
+    for (let i = 0; i < 6; i++) ids.push(await createPaste(server, hook.key, { content: `concurrency paste ${i}` }));
+    await receiver.waitFor(6, 15 * SECOND);
+    for (const id of ids) await waitForStatus(server, id, 'delivered', 5 * SECOND);
+    assert.equal(receiver.maxOpen, 2, `at most (and here exactly) 2 requests open at once; saw ${receiver.maxOpen}`);
+    assert.deepEqual(new Set(receiver.received.map((r) => payloadOf(r).paste_id)), new Set(ids));
+  });
+
+  it('a dead receiver and a hanging one do not slow paste creation', async (t) => {
+    const server = await start(t, { WEBHOOK_TIMEOUT_MS: '3000' });
+    const hanging = await startReceiver(t, () => {
+      // never answers
+    });
+    const deadPort = await freePort(); // nothing listens here
+    const dead = await hookKey(server, `http://127.0.0.1:${deadPort}/`, 'dead receiver');
+    const slow = await hookKey(server, hanging.url, 'hanging receiver');
+    await createPaste(server, await server.createKey({ name: 'warm-up' }));
+
+    const durations: number[] = [];
+    const ids: string[] = [];
+    for (let i = 0; i < 20; i++) {
+      const started = performance.now();
+      ids.push(await createPaste(server, i % 2 === 0 ? dead.key : slow.key, { content: `paste number ${i}` }));
+      durations.push(performance.now() - started);
+    }
+    for (const [i, ms] of durations.entries()) assert.ok(ms < 500, `create #${i} took ${ms.toFixed(0)} ms`);
+
+    // Meanwhile deliveries do fail in the background.
+    await hanging.waitFor(1, 5 * SECOND);
+    const attempts = await waitForAttempts(server, ids[0] as string, 1, 5 * SECOND);
+    assert.equal(attempts[0]?.status_code, null);
+    assert.ok(attempts[0]?.error, 'the dead receiver attempt records an error');
+  });
+});
+
+// =============================================================================================
+// The outbox and durability
+// =============================================================================================
+
+describe('webhook outbox (D21)', SQLITE_ONLY, () => {
+  it('the delivery row is written in the paste transaction: both there, or neither', async (t) => {
+    const server = await start(t);
+    const receiver = await startReceiver(t);
+    const hook = await hookKey(server, receiver.url);
+
+    const ids: string[] = [];
+    for (let i = 0; i < 3; i++) ids.push(await createPaste(server, hook.key, { content: `outbox paste ${i}` }));
+    for (const id of ids) {
+      const row = deliveryFor(server.databasePath, id);
+      assert.ok(row, `a delivery row for ${id} right after the create answered`);
+      assert.equal(row.key_id, hook.id);
+      assert.match(row.id, /^msg_/);
+      assert.equal(JSON.parse(row.payload).paste_id, id);
+    }
+
+    // Make the outbox insert fail: the paste must not be left behind unannounced.
+    const pastesNow = () =>
+      withDb(server.databasePath, (db) => (db.prepare('SELECT count(*) AS n FROM pastes').get() as { n: number }).n);
+    const before = pastesNow();
+    const deliveriesBefore = deliveries(server.databasePath).length;
+    withDb(server.databasePath, (db) =>
+      db.exec(`CREATE TRIGGER outbox_down BEFORE INSERT ON webhook_deliveries
+               BEGIN SELECT RAISE(ABORT, 'outbox unavailable'); END`),
+    );
+    const failed = await request(`${server.url}/api/v1/paste`, {
+      method: 'POST',
+      headers: { 'x-api-key': hook.key },
+      json: { content: 'this paste cannot be announced', slug: 'unannounced-paste' },
+    });
+    assert.equal(failed.status, 500, `the create fails as a whole: ${failed.status} ${failed.text.slice(0, 200)}`);
+    assert.equal(pastesNow(), before, 'no paste without its delivery');
+    assert.equal(deliveries(server.databasePath).length, deliveriesBefore);
+    // A key without a webhook is untouched by the outbox.
+    await createPaste(server, await server.createKey({ name: 'plain' }), { content: 'no outbox involved' });
+    assert.equal(pastesNow(), before + 1);
+
+    withDb(server.databasePath, (db) => db.exec('DROP TRIGGER outbox_down'));
+    const after = await createPaste(server, hook.key, { content: 'announced again' });
+    assert.ok(deliveryFor(server.databasePath, after), 'paste and delivery both there again');
+    await receiver.waitFor(4, 10 * SECOND);
+    const announced = new Set(receiver.received.map((r) => payloadOf(r).paste_id));
+    assert.deepEqual(announced, new Set([...ids, after]));
+  });
+
+  it('deliveries pending when the server is killed with SIGKILL are delivered after it starts again', async (t) => {
+    const dir = tempDir(t);
+    const databaseUrl = `sqlite:${join(dir, 'db.sqlite')}`;
+    const databasePath = join(dir, 'db.sqlite');
+    const receiverPort = await freePort(); // nothing listens here yet
+    const env = {
+      DATABASE_URL: databaseUrl,
+      WEBHOOK_ALLOW_PRIVATE: 'true',
+      WEBHOOK_RETRY_BASE_MS: '200',
+      WEBHOOK_TIMEOUT_MS: '1000',
+    };
+    const made = await fastpaste(
+      ['keys', 'create', '--name', 'crash', '--webhook', `http://127.0.0.1:${receiverPort}/`, '--json'],
+      env,
+    );
+    assertOk(made, 'keys create --webhook');
+    const { key, webhook_secret: secret } = JSON.parse(made.stdout) as { key: string; webhook_secret: string };
+
+    const first = await serveProcess(t, env);
+    const ids: string[] = [];
+    for (let i = 0; i < 5; i++) {
+      const answer = await request(`${first.url}/api/v1/paste`, {
+        method: 'POST',
+        headers: { 'x-api-key': key },
+        json: { content: `survives a crash ${i}` },
+      });
+      assert.equal(answer.status, 201, answer.text);
+      ids.push(answer.body.data.paste_id);
+    }
+    // Every delivery has failed at least once (nothing listens) and is pending; none is claimed.
+    await waitUntil(
+      () => {
+        const rows = deliveries(databasePath);
+        return (
+          rows.length === ids.length &&
+          rows.every((r) => r.status === 'pending' && r.attempts >= 1 && r.locked_by === null)
+        );
+      },
+      10 * SECOND,
+      'every delivery to have failed once and be pending',
+    );
+    await stopChild(first.child, 'SIGKILL');
+    assert.equal(first.child.signalCode, 'SIGKILL');
+
+    const stored = new Map(deliveries(databasePath).map((d) => [d.paste_id, d.id]));
+    assert.deepEqual(new Set(stored.keys()), new Set(ids));
+    assert.ok(
+      deliveries(databasePath).every((d) => d.status === 'pending'),
+      'still pending after the crash',
+    );
+
+    const receiver = await startReceiver(t, answer200, receiverPort);
+    await serveProcess(t, env);
+    await waitUntil(
+      () => ids.every((id) => receiver.received.some((r) => payloadOf(r).paste_id === id)),
+      30 * SECOND,
+      'every paste to be announced after the restart',
+    );
+    for (const received of receiver.received) {
+      const pasteId = payloadOf(received).paste_id as string;
+      assert.equal(header(received, 'webhook-id'), stored.get(pasteId), `the stored webhook-id for ${pasteId}`);
+      new Webhook(secret).verify(received.body, webhookHeaders(received));
+    }
+    await waitUntil(
+      () => deliveries(databasePath).every((d) => d.status === 'delivered'),
+      5 * SECOND,
+      'every delivery to be marked delivered',
+    );
+  });
+});
+
+// =============================================================================================
+// The address guard (D21)
+// =============================================================================================
+
+const REFUSED = [
+  'http://127.1/',
+  'http://0x7f.1/',
+  'http://2130706433/',
+  'http://0177.0.0.1/',
+  'http://127.0.0.1/',
+  'http://127.0.0.1:8080/hook',
+  'http://[::ffff:127.0.0.1]/',
+  'http://[::ffff:7f00:1]/',
+  'http://[::]/',
+  'http://0.0.0.0/',
+  'http://0/',
+  'http://169.254.169.254/',
+  'http://[::ffff:169.254.169.254]/',
+  'http://10.0.0.1/',
+  'https://10.0.0.1/',
+  'http://172.16.0.1/',
+  'http://192.168.1.1/',
+  'http://100.64.0.1/',
+  'http://[fc00::1]/',
+  'http://[fd12::1]/',
+  'http://[fe80::1]/',
+  'http://[::1]/',
+  'http://224.0.0.1/',
+  'http://localhost/',
+  'ftp://example.com/',
+  'file:///etc/passwd',
+];
+
+describe('webhook address guard (D21)', SQLITE_ONLY, () => {
+  it('refuses every internal address spelling and non-http schemes when the URL is set; accepts a public literal', async (t) => {
+    const server = await start(t, { WEBHOOK_ALLOW_PRIVATE: 'false' });
+    const created = await server.services.keys.create({ name: 'guarded' });
+    const keyId = created.apiKey.id;
+
+    for (const url of REFUSED) {
+      await assert.rejects(
+        server.services.keys.setWebhook(keyId, url),
+        (err: any) => err?.code === 'invalid_request',
+        `setWebhook must refuse ${url}`,
+      );
+      await assert.rejects(
+        server.services.keys.create({ name: 'refused at create', webhookUrl: url }),
+        (err: any) => err?.code === 'invalid_request',
+        `keys.create must refuse ${url}`,
+      );
+    }
+    assert.equal(keyRow(server.databasePath, keyId).webhook_url, null, 'nothing was stored');
+
+    // The administrator's tool refuses too (a few spellings; each run starts a process).
+    const env = { DATABASE_URL: `sqlite:${server.databasePath}`, WEBHOOK_ALLOW_PRIVATE: 'false' };
+    const cliRefused = ['http://[::ffff:127.0.0.1]/', 'http://localhost/'];
+    const runs = await Promise.all(cliRefused.map((url) => fastpaste(['keys', 'webhook', keyId, url], env)));
+    for (const [i, run] of runs.entries()) {
+      assert.notEqual(run.code, 0, `keys webhook ${cliRefused[i]} must fail: ${run.stdout}`);
+      assert.ok(run.stderr.trim().length > 0, `keys webhook ${cliRefused[i]} says why`);
+    }
+    assert.equal(keyRow(server.databasePath, keyId).webhook_url, null, 'the tool stored nothing either');
+
+    // A public literal is accepted (no request is made for a literal; no paste is made with it).
+    const accepted = await server.services.keys.setWebhook(keyId, 'http://93.184.216.34/hook');
+    assert.match(accepted.secret ?? '', /^whsec_/);
+    assert.equal(keyRow(server.databasePath, keyId).webhook_url, 'http://93.184.216.34/hook');
+  });
+
+  it('refuses a loopback literal at connection time when the URL was stored by hand', async (t) => {
+    await refusedAtCallTime(t, (port) => `http://127.0.0.1:${port}/`);
+  });
+
+  it('refuses a name resolving to loopback (localhost) at connection time when stored by hand', async (t) => {
+    await refusedAtCallTime(t, (port) => `http://localhost:${port}/`);
+  });
+});
+
+/**
+ * Puts `url` straight into api_keys (bypassing the set-time check) on a server without
+ * WEBHOOK_ALLOW_PRIVATE, creates a paste, and expects a recorded, refused attempt and a receiver
+ * on 127.0.0.1 that was never called.
+ */
+async function refusedAtCallTime(t: TestContext, urlFor: (port: number) => string): Promise<void> {
+  const server = await start(t, { WEBHOOK_ALLOW_PRIVATE: 'false', WEBHOOK_TIMEOUT_MS: '1000' });
+  const receiver = await startReceiver(t);
+  const url = urlFor(receiver.port);
+  const created = await server.services.keys.create({ name: 'stored by hand' });
+  withDb(server.databasePath, (db) =>
+    db
+      .prepare('UPDATE api_keys SET webhook_url = ?, webhook_secret = ?, webhook_active = 1 WHERE id = ?')
+      .run(url, `whsec_${randomBytes(32).toString('base64')}`, created.apiKey.id),
+  );
+  const pasteId = await createPaste(server, created.key, { content: 'bypassing the set-time check' });
+  try {
+    const attempts = await waitForAttempts(server, pasteId, 1, 5 * SECOND);
+    const attempt = attempts[0] as AttemptRow;
+    assert.equal(attempt.status_code, null, `${url}: no answer was received`);
+    assert.ok(attempt.error, `${url}: the attempt records an error`);
+    assert.doesNotMatch(attempt.error, /ECONNREFUSED|timed out/i, `${url}: refused by the guard`);
+    assert.notEqual(deliveryFor(server.databasePath, pasteId)?.status, 'delivered');
+  } finally {
+    assert.equal(receiver.received.length, 0, `${url}: the receiver on 127.0.0.1 was never called`);
+  }
+}
+
+// =============================================================================================
+// The administrator's tool (D19)
+// =============================================================================================
+
+describe('fastpaste keys webhook / deliveries / redeliver', SQLITE_ONLY, () => {
+  it('creates with a secret, rotates it, lists deliveries with attempts, redelivers with the same id, and clears', async (t) => {
+    const server = await start(t);
+    let failNext = true;
+    const receiver = await startReceiver(t, (_req, res) => {
+      const status = failNext ? 500 : 200;
+      failNext = false;
+      res.writeHead(status);
+      res.end(String(status));
+    });
+    const env = { DATABASE_URL: `sqlite:${server.databasePath}`, WEBHOOK_ALLOW_PRIVATE: 'true' };
+
+    // keys create --webhook --json: D19's shape, with a whsec_ secret.
+    const made = await fastpaste(['keys', 'create', '--name', 'cli hook', '--webhook', receiver.url, '--json'], env);
+    assertOk(made, 'keys create --webhook --json');
+    const createdJson = JSON.parse(made.stdout) as { key: string; name: string; webhook_secret: string };
+    assert.deepEqual(Object.keys(createdJson).sort(), ['key', 'name', 'webhook_secret']);
+    assert.equal(createdJson.name, 'cli hook');
+    assert.match(createdJson.webhook_secret, /^whsec_[A-Za-z0-9+/]+={0,2}$/);
+    const { key, webhook_secret: secret1 } = createdJson;
+
+    // A first paste: 500 once, then delivered; signed with the first secret.
+    const paste1 = await createPaste(server, key, { content: 'first, before rotation' });
+    await receiver.waitFor(2, 10 * SECOND);
+    await waitForStatus(server, paste1, 'delivered', 5 * SECOND);
+    for (const received of receiver.received) new Webhook(secret1).verify(received.body, webhookHeaders(received));
+
+    // keys webhook <key> <url>: a new secret, shown once; later deliveries verify with it only.
+    const rotated = await fastpaste(['keys', 'webhook', key, receiver.url], env);
+    assertOk(rotated, 'keys webhook (rotate)');
+    const secret2 = /whsec_[A-Za-z0-9+/]+={0,2}/.exec(rotated.stdout)?.[0];
+    assert.ok(secret2, `a new secret is printed: ${rotated.stdout}`);
+    assert.notEqual(secret2, secret1);
+    const paste2 = await createPaste(server, key, { content: 'second, after rotation' });
+    await receiver.waitFor(3, 10 * SECOND);
+    const afterRotation = receiver.received[2] as Received;
+    assert.equal(payloadOf(afterRotation).paste_id, paste2);
+    new Webhook(secret2).verify(afterRotation.body, webhookHeaders(afterRotation));
+    assert.throws(() => new Webhook(secret1).verify(afterRotation.body, webhookHeaders(afterRotation)));
+    await waitForStatus(server, paste2, 'delivered', 5 * SECOND);
+
+    // keys deliveries <key> --json: status, attempts, time and error, per delivery and attempt.
+    const [listed, unknown] = await Promise.all([
+      fastpaste(['keys', 'deliveries', key, '--json'], env),
+      fastpaste(['keys', 'redeliver', 'msg_doesnotexist'], env),
+    ]);
+    assertOk(listed, 'keys deliveries --json');
+    assert.notEqual(unknown.code, 0, 'an unknown delivery id is an error');
+    const shown = JSON.parse(listed.stdout) as Array<{
+      id: string;
+      paste_id: string;
+      status: string;
+      attempts: number;
+      created_at: string;
+      last_error: string | null;
+      history: Array<{ at: string; status_code: number | null; error: string | null; duration_ms: number }>;
+    }>;
+    assert.equal(shown.length, 2);
+    const first = shown.find((d) => d.paste_id === paste1);
+    const second = shown.find((d) => d.paste_id === paste2);
+    assert.ok(first && second, listed.stdout);
+    assert.equal(first.status, 'delivered');
+    assert.equal(first.attempts, 2);
+    assert.match(first.created_at, TIMESTAMP);
+    assert.deepEqual(
+      first.history.map((a) => a.status_code),
+      [500, 200],
+    );
+    assert.match(first.history[0]?.error ?? '', /500/);
+    assert.equal(first.history[1]?.error, null);
+    for (const a of first.history) {
+      assert.match(a.at, TIMESTAMP);
+      assert.equal(typeof a.duration_ms, 'number');
+    }
+    assert.equal(first.id, header(receiver.received[0] as Received, 'webhook-id'));
+    assert.equal(second.status, 'delivered');
+    assert.equal(second.attempts, 1);
+
+    // keys redeliver <delivery-id>: the running server sends it again, same webhook-id.
+    const redelivered = await fastpaste(['keys', 'redeliver', second.id], env);
+    assertOk(redelivered, 'keys redeliver');
+    await receiver.waitFor(4, 10 * SECOND);
+    const again = receiver.received[3] as Received;
+    assert.equal(header(again, 'webhook-id'), second.id);
+    assert.equal(payloadOf(again).paste_id, paste2);
+    assert.equal(again.body, afterRotation.body, 'the same body');
+    new Webhook(secret2).verify(again.body, webhookHeaders(again));
+
+    // keys webhook <key> --clear: no more deliveries.
+    const cleared = await fastpaste(['keys', 'webhook', key, '--clear'], env);
+    assertOk(cleared, 'keys webhook --clear');
+    const paste3 = await createPaste(server, key, { content: 'third, after clear' });
+    await sleep(1500);
+    assert.equal(receiver.received.length, 4, 'nothing is sent after --clear');
+    assert.notEqual(deliveryFor(server.databasePath, paste3)?.status, 'delivered');
+  });
+});
