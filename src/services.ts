@@ -100,10 +100,11 @@ export async function createServices(storage: Storage, options: ServiceOptions =
     options.logger ?? silentLogger,
   );
   outbox.onCommitted(() => webhookWorker.wake());
+  const pastes = new PasteService(new PasteRepository(storage.db), clock, outbox);
   return {
     storage,
     clock,
-    pastes: new PasteService(new PasteRepository(storage.db), clock, outbox),
+    pastes,
     keys: new KeyService(new KeyRepository(storage.db), clock, { allowPrivate: config.webhookAllowPrivate }),
     quota: new QuotaService(counters, clock),
     contentChecker: ContentChecker.fromFile(config.contentBlocklistFile),
@@ -123,6 +124,7 @@ export async function createServices(storage: Storage, options: ServiceOptions =
     },
     async close() {
       await webhookWorker.stop();
+      await pastes.views.flush();
       if (redis) redis.disconnect();
     },
   };

@@ -49,7 +49,18 @@ function checkLimit(name: string, value: number | undefined): number {
   return value;
 }
 
+/** How long a looked-up key is trusted without asking the database again. */
+export const KEY_CACHE_MS = 1000;
+const KEY_CACHE_MAX = 10_000;
+
 export class KeyService {
+  /**
+   * Keys by digest, for a second: a busy client costs one look-up a second instead of one a
+   * request. Changes made through this service drop the entry at once; a change made by another
+   * process (the admin command, another instance) is seen within KEY_CACHE_MS.
+   */
+  private readonly cache = new Map<string, { row: ApiKeyRow | undefined; until: number }>();
+
   constructor(
     private readonly keys: KeyRepository,
     private readonly clock: Clock,
@@ -99,6 +110,7 @@ export class KeyService {
     const found = await this.find(idOrKey);
     if (!found) throw new AppError('not_found', `No API key "${idOrKey}".`);
     await this.keys.update(found.id, { active: active ? 1 : 0 });
+    this.forget();
     return { ...found, active };
   }
 
@@ -112,6 +124,7 @@ export class KeyService {
     if (url !== null) await checkWebhookUrl(url, this.webhookGuard);
     const secret = url === null ? null : newWebhookSecret();
     await this.keys.update(found.id, { webhook_url: url, webhook_secret: secret, webhook_active: 1 });
+    this.forget();
     return { apiKey: { ...found, webhookUrl: url, webhookActive: true }, secret };
   }
 
@@ -129,7 +142,23 @@ export class KeyService {
       daily_limit: next.daily,
       monthly_limit: next.monthly,
     });
+    this.forget();
     return { ...found, limits: next };
+  }
+
+  private async lookUp(digest: string): Promise<ApiKeyRow | undefined> {
+    const now = Date.now();
+    const cached = this.cache.get(digest);
+    if (cached && cached.until > now) return cached.row;
+    const row = await this.keys.findByDigest(digest);
+    if (this.cache.size >= KEY_CACHE_MAX) this.cache.clear();
+    this.cache.set(digest, { row, until: now + KEY_CACHE_MS });
+    return row;
+  }
+
+  /** Forgets cached keys after a change made here, so it applies to the next request. */
+  private forget(): void {
+    this.cache.clear();
   }
 
   /**
@@ -143,7 +172,7 @@ export class KeyService {
     if (!isWellFormedApiKey(presented)) {
       throw new AppError('api_key_invalid', 'The API key is not valid.');
     }
-    const row = await this.keys.findByDigest(apiKeyDigest(presented));
+    const row = await this.lookUp(apiKeyDigest(presented));
     if (!row) throw new AppError('api_key_invalid', 'The API key is not valid.');
     if (row.active !== 1) throw new AppError('api_key_invalid', 'The API key has been deactivated.');
     return toApiKey(row);

@@ -16,6 +16,7 @@ import { hashPassword, verifyPassword } from './passwords.js';
 import { isDownloadable, type Paste } from './paste.js';
 import { generatePasteId, suffixedSlug } from './paste-ids.js';
 import type { CreateInput, UpdateInput } from './paste-input.js';
+import { ViewCounter } from './view-counter.js';
 
 export interface CreateContext {
   /** The key that creates the paste (its owner), or null for an anonymous quick-create. */
@@ -62,7 +63,12 @@ export class PasteService {
     private readonly pastes: PasteRepository,
     private readonly clock: Clock,
     private readonly outbox: WebhookOutbox | null = null,
-  ) {}
+  ) {
+    this.views = new ViewCounter(pastes);
+  }
+
+  /** Views are counted in memory and written every second (view-counter.ts). */
+  readonly views: ViewCounter;
 
   async create(input: CreateInput, context: CreateContext): Promise<Created> {
     const now = this.clock();
@@ -128,7 +134,8 @@ export class PasteService {
   async peek(id: string): Promise<Paste> {
     const paste = await this.pastes.findLive(id, this.clock());
     if (!paste) throw notFound();
-    return paste;
+    const unwritten = this.views.unwritten(id);
+    return unwritten === 0 ? paste : { ...paste, viewCount: paste.viewCount + unwritten };
   }
 
   /**
@@ -147,7 +154,8 @@ export class PasteService {
       if (!consumed) throw notFound();
       return { paste: { ...consumed, viewCount: consumed.viewCount + 1 }, burned: true };
     }
-    await this.pastes.incrementViews(id);
+    this.views.add(id);
+    // peek() already counted the views not yet written; this one is added here.
     return { paste: { ...paste, viewCount: paste.viewCount + 1 }, burned: false };
   }
 
@@ -224,7 +232,9 @@ export class PasteService {
 
   /** The caller's live pastes, newest first (D15). */
   async list(ownerKeyId: string, page: number, limit: number): Promise<{ items: PasteSummary[]; total: number }> {
-    return this.pastes.listOwned(ownerKeyId, this.clock(), limit, (page - 1) * limit);
+    const listed = await this.pastes.listOwned(ownerKeyId, this.clock(), limit, (page - 1) * limit);
+    for (const item of listed.items) item.viewCount += this.views.unwritten(item.id);
+    return listed;
   }
 
   /** The public archive (D22), newest first. */

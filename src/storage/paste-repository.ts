@@ -162,12 +162,17 @@ export class PasteRepository {
     return row ? toPaste(row) : undefined;
   }
 
-  async incrementViews(id: string): Promise<void> {
-    await this.db
-      .updateTable('pastes')
-      .set((eb) => ({ view_count: eb('view_count', '+', 1) }))
-      .where('id', '=', id)
-      .execute();
+  /** Adds counted views, many pastes in one transaction. */
+  async addViews(counts: Map<string, number>): Promise<void> {
+    await this.db.transaction().execute(async (trx) => {
+      for (const [id, n] of counts) {
+        await trx
+          .updateTable('pastes')
+          .set((eb) => ({ view_count: eb('view_count', '+', n) }))
+          .where('id', '=', id)
+          .execute();
+      }
+    });
   }
 
   /** Applies the changes to a live paste of that owner; returns it as it now is. */

@@ -1,0 +1,53 @@
+/**
+ * View counts, added up in memory and written in one statement batch every second, so that a
+ * read costs no database write. What a reader is shown counts the views not yet written. A crash
+ * loses at most the last second of counts; a burn (which must be exact) never goes through here.
+ */
+import type { PasteRepository } from '../storage/paste-repository.js';
+
+export class ViewCounter {
+  private pending = new Map<string, number>();
+  private timer: NodeJS.Timeout | null = null;
+  private flushing: Promise<void> | null = null;
+
+  constructor(
+    private readonly pastes: PasteRepository,
+    private readonly intervalMs = 1000,
+  ) {}
+
+  /** Counts one view and returns how many of this paste's views are not yet written. */
+  add(id: string): number {
+    const count = (this.pending.get(id) ?? 0) + 1;
+    this.pending.set(id, count);
+    if (!this.timer) {
+      this.timer = setTimeout(() => void this.flush(), this.intervalMs);
+      this.timer.unref();
+    }
+    return count;
+  }
+
+  /** Views counted but not yet written. */
+  unwritten(id: string): number {
+    return this.pending.get(id) ?? 0;
+  }
+
+  /** Writes every pending count (called on a timer, and on shutdown). */
+  async flush(): Promise<void> {
+    if (this.timer) clearTimeout(this.timer);
+    this.timer = null;
+    if (this.flushing) await this.flushing;
+    if (this.pending.size === 0) return;
+    const batch = this.pending;
+    this.pending = new Map();
+    this.flushing = this.pastes.addViews(batch).catch(() => {
+      // The database is out of reach: keep the counts for the next flush.
+      for (const [id, n] of batch) this.pending.set(id, (this.pending.get(id) ?? 0) + n);
+      if (!this.timer) {
+        this.timer = setTimeout(() => void this.flush(), this.intervalMs);
+        this.timer.unref();
+      }
+    });
+    await this.flushing;
+    this.flushing = null;
+  }
+}
