@@ -3,7 +3,13 @@ import { Redis } from 'ioredis';
 import { sql } from 'kysely';
 import { type Clock, systemClock } from './clock.js';
 import { type Config, loadConfig } from './config.js';
-import { type CounterStore, postgresCounters, redisCounters, sqliteCounters } from './keys/counter-store.js';
+import {
+  BufferedCounterStore,
+  type CounterStore,
+  postgresCounters,
+  redisCounters,
+  sqliteCounters,
+} from './keys/counter-store.js';
 import { KeyService } from './keys/key-service.js';
 import { QuotaService } from './keys/quota-service.js';
 import { ContentChecker } from './pastes/content-check.js';
@@ -80,7 +86,8 @@ export async function createServices(storage: Storage, options: ServiceOptions =
     await untilReady(redis, 5000);
     counters = redisCounters(redis);
   } else if (storage.sqlite) {
-    counters = await sqliteCounters(storage.sqlite);
+    // One process owns an SQLite file: counts are held in memory and written behind.
+    counters = new BufferedCounterStore(await sqliteCounters(storage.sqlite));
   } else {
     counters = await postgresCounters(storage.pgPool);
   }
@@ -100,7 +107,7 @@ export async function createServices(storage: Storage, options: ServiceOptions =
     options.logger ?? silentLogger,
   );
   outbox.onCommitted(() => webhookWorker.wake());
-  const pastes = new PasteService(new PasteRepository(storage.db), clock, outbox);
+  const pastes = new PasteService(new PasteRepository(storage.db, storage.dialect === 'sqlite'), clock, outbox);
   return {
     storage,
     clock,
@@ -125,6 +132,7 @@ export async function createServices(storage: Storage, options: ServiceOptions =
     async close() {
       await webhookWorker.stop();
       await pastes.views.flush();
+      await counters.flush();
       if (redis) redis.disconnect();
     },
   };

@@ -12,6 +12,7 @@ import type { PasteChanges, PasteRepository, PasteSummary } from '../storage/pas
 import type { WebhookOutbox } from '../webhooks/webhook-outbox.js';
 import { expiresAt } from './expiry.js';
 import { detectLanguage } from './language.js';
+import { OwnerCounts } from './owner-counts.js';
 import { hashPassword, verifyPassword } from './passwords.js';
 import { isDownloadable, type Paste } from './paste.js';
 import { generatePasteId, suffixedSlug } from './paste-ids.js';
@@ -65,7 +66,11 @@ export class PasteService {
     private readonly outbox: WebhookOutbox | null = null,
   ) {
     this.views = new ViewCounter(pastes);
+    this.counts = new OwnerCounts(pastes);
   }
+
+  /** Owners' live paste counts for the list's pagination (owner-counts.ts). */
+  private readonly counts: OwnerCounts;
 
   /** Views are counted in memory and written every second (view-counter.ts). */
   readonly views: ViewCounter;
@@ -126,6 +131,7 @@ export class PasteService {
       if (stored) created = { paste: stored, slugTaken: input.slug !== undefined };
     }
     if (created === null) throw new Error(`no free paste id after ${ID_ATTEMPTS} attempts`);
+    if (paste.ownerKeyId) this.counts.forget(paste.ownerKeyId);
     if (announce) outbox?.committed();
     return created;
   }
@@ -152,6 +158,7 @@ export class PasteService {
     if (paste.burnAfterRead) {
       const consumed = await this.pastes.consumeBurn(id, this.clock());
       if (!consumed) throw notFound();
+      if (consumed.ownerKeyId) this.counts.forget(consumed.ownerKeyId);
       return { paste: { ...consumed, viewCount: consumed.viewCount + 1 }, burned: true };
     }
     this.views.add(id);
@@ -217,6 +224,7 @@ export class PasteService {
     // with the paste as it is.
     if (Object.keys(changes).length === 0) return current;
     const updated = await this.pastes.updateOwned(id, ownerKeyId, now, changes);
+    this.counts.forget(ownerKeyId);
     if (!updated) throw notFound();
     return updated;
   }
@@ -228,13 +236,18 @@ export class PasteService {
       throw new AppError('forbidden', 'This paste was not created with your API key.');
     }
     if (!(await this.pastes.deleteOwned(id, ownerKeyId, this.clock()))) throw notFound();
+    this.counts.forget(ownerKeyId);
   }
 
   /** The caller's live pastes, newest first (D15). */
   async list(ownerKeyId: string, page: number, limit: number): Promise<{ items: PasteSummary[]; total: number }> {
-    const listed = await this.pastes.listOwned(ownerKeyId, this.clock(), limit, (page - 1) * limit);
-    for (const item of listed.items) item.viewCount += this.views.unwritten(item.id);
-    return listed;
+    const now = this.clock();
+    const [items, total] = await Promise.all([
+      this.pastes.pageOwned(ownerKeyId, now, limit, (page - 1) * limit),
+      this.counts.total(ownerKeyId, now),
+    ]);
+    for (const item of items) item.viewCount += this.views.unwritten(item.id);
+    return { items, total };
   }
 
   /** The public archive (D22), newest first. */

@@ -37,7 +37,7 @@ function openSqlite(path: string): Storage {
   sqlite.pragma('synchronous = NORMAL');
   sqlite.pragma('busy_timeout = 5000');
   sqlite.pragma('foreign_keys = ON');
-  const db = new Kysely<Database>({ dialect: new SqliteDialect({ database: sqlite }) });
+  const db = new Kysely<Database>({ dialect: new SqliteDialect({ database: withStatementCache(sqlite) }) });
   return {
     db,
     dialect: 'sqlite',
@@ -45,6 +45,27 @@ function openSqlite(path: string): Storage {
     pgPool: null,
     async close() {
       await db.destroy();
+    },
+  };
+}
+
+/**
+ * Kysely prepares every statement anew on each query, which costs more than running a point
+ * read. The same SQL text gets the same prepared statement back (better-sqlite3 statements are
+ * reusable); the cache is bounded, as texts that embed values would otherwise pile up.
+ */
+function withStatementCache(sqlite: BetterSqlite3.Database) {
+  const statements = new Map<string, BetterSqlite3.Statement>();
+  return {
+    close: () => sqlite.close(),
+    prepare(sqlText: string) {
+      let statement = statements.get(sqlText);
+      if (!statement) {
+        if (statements.size >= 500) statements.clear();
+        statement = sqlite.prepare(sqlText);
+        statements.set(sqlText, statement);
+      }
+      return statement;
     },
   };
 }

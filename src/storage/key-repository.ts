@@ -1,18 +1,26 @@
 /** SQL for API keys. No rules here: those live in keys/key-service.ts. */
 import type { Kysely, Selectable } from 'kysely';
+import { preparedQuery } from './prepared-query.js';
 import type { ApiKeyTable, Database } from './schema.js';
 
 export type ApiKeyRow = Selectable<ApiKeyTable>;
 
 export class KeyRepository {
-  constructor(private readonly db: Kysely<Database>) {}
+  private readonly findByDigestQuery;
+
+  constructor(private readonly db: Kysely<Database>) {
+    this.findByDigestQuery = preparedQuery(db, ['string'], (digest: string) =>
+      db.selectFrom('api_keys').selectAll().where('digest', '=', digest),
+    );
+  }
 
   async insert(row: ApiKeyRow): Promise<void> {
     await this.db.insertInto('api_keys').values(row).execute();
   }
 
   async findByDigest(digest: string): Promise<ApiKeyRow | undefined> {
-    return this.db.selectFrom('api_keys').selectAll().where('digest', '=', digest).executeTakeFirst();
+    const [row] = await this.findByDigestQuery(digest);
+    return row;
   }
 
   async findById(id: string): Promise<ApiKeyRow | undefined> {

@@ -4,6 +4,7 @@
  */
 import type { Kysely, Selectable } from 'kysely';
 import type { Paste } from '../pastes/paste.js';
+import { preparedQuery } from './prepared-query.js';
 import type { Database, PasteTable } from './schema.js';
 
 type PasteRow = Selectable<PasteTable>;
@@ -107,28 +108,89 @@ function toSummary(row: Omit<PasteRow, 'content' | 'password_hash'>): PasteSumma
   return summary;
 }
 
+type InTransaction = (trx: Kysely<Database>) => Promise<void>;
+
+interface PendingInsert {
+  paste: Paste;
+  also: InTransaction | undefined;
+  resolve: (inserted: boolean) => void;
+  reject: (err: unknown) => void;
+}
+
+async function insertRow(db: Kysely<Database>, paste: Paste): Promise<boolean> {
+  const result = await db
+    .insertInto('pastes')
+    .values(toRow(paste))
+    .onConflict((oc) => oc.column('id').doNothing())
+    .executeTakeFirst();
+  return Number(result.numInsertedOrUpdatedRows ?? 0n) === 1;
+}
+
 export class PasteRepository {
-  constructor(private readonly db: Kysely<Database>) {}
+  private readonly findLiveQuery;
+  private pending: PendingInsert[] = [];
+
+  /** groupCommit: commit concurrent inserts together (SQLite, one writer). */
+  constructor(
+    private readonly db: Kysely<Database>,
+    private readonly groupCommit = false,
+  ) {
+    this.findLiveQuery = preparedQuery(db, ['string', 'number'], (id: string, now: number) =>
+      db
+        .selectFrom('pastes')
+        .selectAll()
+        .where('id', '=', id)
+        .where((eb) => eb.or([eb('expires_at', 'is', null), eb('expires_at', '>', now)])),
+    );
+  }
 
   /**
    * Inserts the paste unless its id is taken; returns whether it was inserted. `alsoInTransaction`
-   * runs in the same transaction after a successful insert (the webhook outbox).
+   * runs in the same transaction after a successful insert (the webhook outbox). On SQLite the
+   * inserts of concurrent requests are committed together in one transaction (group commit:
+   * one WAL commit for many pastes), and each caller hears back only after that commit.
    */
-  async insertIfFree(paste: Paste, alsoInTransaction?: (trx: Kysely<Database>) => Promise<void>): Promise<boolean> {
-    const insert = async (db: Kysely<Database>) => {
-      const result = await db
-        .insertInto('pastes')
-        .values(toRow(paste))
-        .onConflict((oc) => oc.column('id').doNothing())
-        .executeTakeFirst();
-      return Number(result.numInsertedOrUpdatedRows ?? 0n) === 1;
-    };
-    if (!alsoInTransaction) return insert(this.db);
+  insertIfFree(paste: Paste, alsoInTransaction?: InTransaction): Promise<boolean> {
+    if (!this.groupCommit) return this.insertAlone(paste, alsoInTransaction);
+    return new Promise((resolve, reject) => {
+      this.pending.push({ paste, also: alsoInTransaction, resolve, reject });
+      if (this.pending.length === 1) setImmediate(() => void this.commitPending());
+    });
+  }
+
+  private async insertAlone(paste: Paste, also?: InTransaction): Promise<boolean> {
+    if (!also) return insertRow(this.db, paste);
     return this.db.transaction().execute(async (trx) => {
-      if (!(await insert(trx))) return false;
-      await alsoInTransaction(trx);
+      if (!(await insertRow(trx, paste))) return false;
+      await also(trx);
       return true;
     });
+  }
+
+  private async commitPending(): Promise<void> {
+    const batch = this.pending;
+    this.pending = [];
+    if (batch.length === 1) {
+      const [only] = batch as [PendingInsert];
+      this.insertAlone(only.paste, only.also).then(only.resolve, only.reject);
+      return;
+    }
+    const results: boolean[] = [];
+    try {
+      await this.db.transaction().execute(async (trx) => {
+        for (const item of batch) {
+          const inserted = await insertRow(trx, item.paste);
+          if (inserted && item.also) await item.also(trx);
+          results.push(inserted);
+        }
+      });
+    } catch {
+      // One insert failed and took the batch with it: each is tried again on its own, so one
+      // bad request never fails the others.
+      for (const item of batch) this.insertAlone(item.paste, item.also).then(item.resolve, item.reject);
+      return;
+    }
+    batch.forEach((item, i) => item.resolve(results[i] as boolean));
   }
 
   /** Frees an id held only by an expired paste that the sweep has not removed yet. */
@@ -138,12 +200,7 @@ export class PasteRepository {
 
   /** The paste if it exists and has not expired at `now`. */
   async findLive(id: string, now: number): Promise<Paste | undefined> {
-    const row = await this.db
-      .selectFrom('pastes')
-      .selectAll()
-      .where('id', '=', id)
-      .where((eb) => eb.or([eb('expires_at', 'is', null), eb('expires_at', '>', now)]))
-      .executeTakeFirst();
+    const [row] = await this.findLiveQuery(id, now);
     return row ? toPaste(row) : undefined;
   }
 
@@ -200,28 +257,40 @@ export class PasteRepository {
     return Number(result.numDeletedRows) > 0;
   }
 
-  /** One page of an owner's live pastes, newest first, and how many there are in all. */
-  async listOwned(
-    ownerKeyId: string,
-    now: number,
-    limit: number,
-    offset: number,
-  ): Promise<{ items: PasteSummary[]; total: number }> {
-    const live = this.db
+  /**
+   * One page of an owner's live pastes, newest first. The page's ids are found in the covering
+   * index (the skipped rows are never read), then only those rows are fetched.
+   */
+  async pageOwned(ownerKeyId: string, now: number, limit: number, offset: number): Promise<PasteSummary[]> {
+    const rows = await this.db
       .selectFrom('pastes')
+      .select(SUMMARY_COLUMNS)
+      .where('id', 'in', (eb) =>
+        eb
+          .selectFrom('pastes')
+          .select('id')
+          .where('owner_key_id', '=', ownerKeyId)
+          .where((w) => w.or([w('expires_at', 'is', null), w('expires_at', '>', now)]))
+          .orderBy('created_at', 'desc')
+          .orderBy('id', 'desc')
+          .limit(limit)
+          .offset(offset),
+      )
+      .orderBy('created_at', 'desc')
+      .orderBy('id', 'desc')
+      .execute();
+    return rows.map(toSummary);
+  }
+
+  /** How many live pastes an owner has, and when the next of them expires (null: none does). */
+  async countOwned(ownerKeyId: string, now: number): Promise<{ total: number; nextExpiry: number | null }> {
+    const row = await this.db
+      .selectFrom('pastes')
+      .select((eb) => [eb.fn.countAll<number>().as('total'), eb.fn.min<number | null>('expires_at').as('next_expiry')])
       .where('owner_key_id', '=', ownerKeyId)
-      .where((eb) => eb.or([eb('expires_at', 'is', null), eb('expires_at', '>', now)]));
-    const [rows, count] = await Promise.all([
-      live
-        .select(SUMMARY_COLUMNS)
-        .orderBy('created_at', 'desc')
-        .orderBy('id', 'desc')
-        .limit(limit)
-        .offset(offset)
-        .execute(),
-      live.select((eb) => eb.fn.countAll<number>().as('total')).executeTakeFirstOrThrow(),
-    ]);
-    return { items: rows.map(toSummary), total: Number(count.total) };
+      .where((w) => w.or([w('expires_at', 'is', null), w('expires_at', '>', now)]))
+      .executeTakeFirstOrThrow();
+    return { total: Number(row.total), nextExpiry: row.next_expiry === null ? null : Number(row.next_expiry) };
   }
 
   /** One page of the public archive (D22), newest first. */

@@ -59,7 +59,9 @@ export async function registerWebRoutes(app: FastifyInstance, deps: WebDeps): Pr
         { rawUrl: presenter.rawUrl(read.paste.id), downloadUrl: presenter.downloadUrl(read.paste) },
         {
           burned: read.burned,
-          highlighted: read.paste.encrypted ? null : highlight(read.paste.content, read.paste.language),
+          highlighted: read.paste.encrypted
+            ? null
+            : highlight(read.paste.content, read.paste.language, read.paste.sha256),
         },
       ),
     );
