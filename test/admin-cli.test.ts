@@ -1,19 +1,19 @@
 /**
  * The `fastpaste` command as an administrator runs it (D1, D2, D19): `node bin/fastpaste.js` in
- * child processes over a SQLite file in a temporary directory, and `serve` as a real server
- * process on 127.0.0.1.
+ * child processes over a fresh database (a SQLite file in a temporary directory, or a PostgreSQL
+ * schema with TEST_DATABASE_URL), and `serve` as a real server process on 127.0.0.1.
  */
 import assert from 'node:assert/strict';
 import { type ChildProcess, execFile, spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
-import Database from 'better-sqlite3';
 import { isWellFormedApiKey } from '../src/keys/api-key-format.js';
+import { databaseContains, freshDatabase, onPostgres, queryDatabase } from './helpers.js';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const SETTINGS = [
@@ -132,31 +132,39 @@ async function serve(env: Record<string, string>): Promise<Served> {
   throw new Error(`serve did not answer within 20 s: ${output}`);
 }
 
+/** The tables of the database at `databaseUrl` (in its schema, on PostgreSQL). */
+async function tableNames(databaseUrl: string): Promise<string[]> {
+  const rows = await queryDatabase<{ name: string }>(
+    databaseUrl,
+    onPostgres
+      ? "SELECT table_name AS name FROM information_schema.tables WHERE table_schema = current_schema() AND table_type = 'BASE TABLE'"
+      : "SELECT name FROM sqlite_master WHERE type = 'table'",
+  );
+  return rows.map((t) => t.name);
+}
+
 describe('fastpaste command', () => {
+  /** A scratch directory, for the SQLite files of single tests. */
   let dir: string;
-  let dbPath: string;
+  let database: Awaited<ReturnType<typeof freshDatabase>>;
   let env: Record<string, string>;
   let key = '';
   let keyId = '';
 
-  before(() => {
+  before(async () => {
     dir = mkdtempSync(join(tmpdir(), 'fastpaste-cli-'));
-    dbPath = join(dir, 'x.db');
-    env = { DATABASE_URL: `sqlite:${dbPath}` };
+    database = await freshDatabase();
+    // With TEST_REDIS_URL the server processes count quotas in Redis, as the in-process ones do.
+    env = {
+      DATABASE_URL: database.url,
+      ...(process.env.TEST_REDIS_URL ? { REDIS_URL: process.env.TEST_REDIS_URL } : {}),
+    };
   });
   after(async () => {
     await Promise.all([...children].map(stop));
     rmSync(dir, { recursive: true, force: true });
+    await database?.drop();
   });
-
-  const withDb = <T>(task: (db: Database.Database) => T): T => {
-    const db = new Database(dbPath, { readonly: true });
-    try {
-      return task(db);
-    } finally {
-      db.close();
-    }
-  };
 
   it('keys create --json prints {"key","name","webhook_secret":null} with an fp_ key, shown once', async () => {
     const run = await fastpaste(
@@ -175,12 +183,14 @@ describe('fastpaste command', () => {
     assert.ok(printed.key.length >= 3 + 43, printed.key);
     assert.ok(isWellFormedApiKey(printed.key));
     key = printed.key;
-    keyId = withDb((db) => (db.prepare('SELECT id FROM api_keys').get() as { id: string }).id);
+    const [stored] = await queryDatabase<{ id: string }>(database.url, 'SELECT id FROM api_keys');
+    keyId = stored?.id ?? '';
+    assert.ok(keyId, 'no key stored');
   });
 
-  it('stores only the SHA-256 digest of the key, never the key', () => {
+  it('stores only the SHA-256 digest of the key, never the key', async () => {
     assert.ok(key, 'needs the key from keys create');
-    const rows = withDb((db) => db.prepare('SELECT * FROM api_keys').all() as Array<Record<string, unknown>>);
+    const rows = await queryDatabase(database.url, 'SELECT * FROM api_keys');
     assert.equal(rows.length, 1);
     const row = rows[0] as Record<string, unknown>;
     assert.equal(row.digest, createHash('sha256').update(key).digest('hex'));
@@ -192,10 +202,8 @@ describe('fastpaste command', () => {
     for (const [column, value] of Object.entries(row)) {
       assert.ok(!String(value).includes(body), `column ${column} holds the key`);
     }
-    // Nor anywhere else in the database files.
-    for (const file of [dbPath, `${dbPath}-wal`]) {
-      if (existsSync(file)) assert.equal(readFileSync(file).indexOf(body), -1, `${file} holds the key`);
-    }
+    // Nor anywhere else: in the database files (SQLite), in any table (PostgreSQL).
+    assert.equal(await databaseContains(database.url, body), false, 'the database holds the key');
   });
 
   it('keys list and keys list --json show the limits and never the key', async () => {
@@ -261,28 +269,25 @@ describe('fastpaste command', () => {
     }
   });
 
-  it('migrate says the database is up to date on its second run', async () => {
-    const fresh = { DATABASE_URL: `sqlite:${join(dir, 'migrate.db')}` };
+  it('migrate says the database is up to date on its second run', async (t) => {
+    const empty = await freshDatabase();
+    t.after(() => empty.drop());
+    const fresh = { DATABASE_URL: empty.url };
     const first = await fastpaste(['migrate'], fresh);
     assertOk(first, 'first migrate');
-    const tables = (() => {
-      const db = new Database(join(dir, 'migrate.db'), { readonly: true });
-      try {
-        return (db.prepare("SELECT name FROM sqlite_master WHERE type = 'table'").all() as Array<{ name: string }>).map(
-          (t) => t.name,
-        );
-      } finally {
-        db.close();
-      }
-    })();
+    const tables = await tableNames(empty.url);
     assert.ok(tables.includes('pastes') && tables.includes('api_keys'), tables.join(', '));
     const second = await fastpaste(['migrate'], fresh);
     assertOk(second, 'second migrate');
     assert.match(second.stdout, /up to date/i);
   });
 
-  it('a bad setting stops every command with a non-zero exit and one line naming the variable', async () => {
+  it('a bad setting stops every command with a non-zero exit and one line naming the variable', async (t) => {
+    // On SQLite a file in a directory not yet made; on PostgreSQL an empty schema.
+    const untouched = onPostgres ? await freshDatabase() : null;
+    if (untouched) t.after(() => untouched.drop());
     const badDb = join(dir, 'never-made', 'bad.db');
+    const databaseUrl = untouched?.url ?? `sqlite:${badDb}`;
     const cases: Array<[string[], Record<string, string>, string]> = [
       [['serve'], { PORT: 'abc' }, 'PORT'],
       [['migrate'], { PORT: 'abc' }, 'PORT'],
@@ -291,7 +296,7 @@ describe('fastpaste command', () => {
       [['serve'], { TRUST_PROXY: 'perhaps' }, 'TRUST_PROXY'],
     ];
     const runs = await Promise.all(
-      cases.map(([args, bad]) => fastpaste(args, { DATABASE_URL: `sqlite:${badDb}`, PORT: '0', ...bad })),
+      cases.map(([args, bad]) => fastpaste(args, { DATABASE_URL: databaseUrl, PORT: '0', ...bad })),
     );
     runs.forEach((run, i) => {
       const [args, , variable] = cases[i] as [string[], Record<string, string>, string];
@@ -304,10 +309,14 @@ describe('fastpaste command', () => {
       assert.ok(!run.stderr.includes('    at '), `${what}: a stack trace`);
       assert.equal(run.stdout.trim(), '', `${what}: printed ${run.stdout}`);
     });
-    assert.ok(!existsSync(badDb), 'a command with a bad setting touched the database');
+    if (untouched) {
+      assert.deepEqual(await tableNames(untouched.url), [], 'a command with a bad setting touched the database');
+    } else {
+      assert.ok(!existsSync(badDb), 'a command with a bad setting touched the database');
+    }
   });
 
-  it('serve creates the data directory on first start', async () => {
+  it('serve creates the data directory on first start', { skip: onPostgres && 'SQLite only' }, async () => {
     const nested = join(dir, 'newdir', 'sub');
     const file = join(nested, 'f.db');
     assert.ok(!existsSync(join(dir, 'newdir')));

@@ -1,12 +1,17 @@
 /**
- * Test helpers: a real fastpaste server on 127.0.0.1 (random port) over a fresh SQLite file, a
- * clock the test moves by hand, and API keys made through the real key service.
+ * Test helpers: a real fastpaste server on 127.0.0.1 (random port) over a fresh database (a SQLite
+ * file, or a PostgreSQL schema with TEST_DATABASE_URL; quota counters in Redis with
+ * TEST_REDIS_URL), a clock the test moves by hand, and API keys made through the real key service.
  */
-import { mkdtempSync, rmSync } from 'node:fs';
+import { randomBytes } from 'node:crypto';
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { FastifyInstance } from 'fastify';
+import { Redis } from 'ioredis';
+import { sql } from 'kysely';
+import pg from 'pg';
 import { buildApp } from '../src/app.js';
 import { type Config, loadConfig } from '../src/config.js';
 import type { NewKeyOptions } from '../src/keys/key-service.js';
@@ -34,8 +39,12 @@ export interface TestServer {
   clock: ManualClock;
   /** `http://127.0.0.1:<port>`, also the server's BASE_URL. */
   url: string;
-  /** The SQLite file's path. */
+  /** The SQLite file's path (meaningless on PostgreSQL: check `onPostgres`). */
   databasePath: string;
+  /** The DATABASE_URL of this server, to start another on the same data. */
+  databaseUrl: string;
+  /** Runs SQL on the server's database (the same text must suit SQLite and PostgreSQL). */
+  sql<T = Record<string, unknown>>(query: string): Promise<T[]>;
   /** Creates an active key and returns the secret. */
   createKey(options?: Partial<NewKeyOptions>): Promise<string>;
   close(): Promise<void>;
@@ -48,6 +57,8 @@ export interface TestServerOptions {
   clock?: ManualClock | 'system';
   /** Reuse this SQLite file (a restart); it is then left in place by close(). */
   databasePath?: string;
+  /** Reuse this database (a restart, or a second instance); it is left in place by close(). */
+  databaseUrl?: string;
 }
 
 /** A TCP port free on 127.0.0.1 right now. */
@@ -63,19 +74,119 @@ export function freePort(): Promise<number> {
   });
 }
 
+/** True when the suite runs on PostgreSQL (TEST_DATABASE_URL set). */
+export const onPostgres = Boolean(process.env.TEST_DATABASE_URL);
+
+/**
+ * A fresh, empty database for one test server: a new SQLite file, or with TEST_DATABASE_URL a
+ * new schema in that PostgreSQL database (dropped by `drop`).
+ */
+export async function freshDatabase(): Promise<{ url: string; path: string | null; drop(): Promise<void> }> {
+  const base = process.env.TEST_DATABASE_URL;
+  if (!base) {
+    const dir = mkdtempSync(join(tmpdir(), 'fastpaste-test-'));
+    const path = join(dir, 'fastpaste.db');
+    return { url: `sqlite:${path}`, path, drop: async () => rmSync(dir, { recursive: true, force: true }) };
+  }
+  const schema = `fp_test_${randomBytes(6).toString('hex')}`;
+  const admin = new pg.Client({ connectionString: base });
+  await admin.connect();
+  await admin.query(`CREATE SCHEMA ${schema}`);
+  await admin.end();
+  const url = new URL(base);
+  url.searchParams.set('options', `-c search_path=${schema}`);
+  return {
+    url: url.toString(),
+    path: null,
+    async drop() {
+      const client = new pg.Client({ connectionString: base });
+      await client.connect();
+      await client.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
+      await client.end();
+    },
+  };
+}
+
+/** A string as an SQL literal, for the text given to `server.sql` or `queryDatabase`. */
+export const sqlText = (value: string): string => `'${value.replaceAll("'", "''")}'`;
+
+/** Runs SQL on the database at `databaseUrl` over a connection of its own (e.g. one a CLI process uses). */
+export async function queryDatabase<T = Record<string, unknown>>(databaseUrl: string, query: string): Promise<T[]> {
+  const storage = openStorage(databaseUrl);
+  try {
+    return (await sql.raw<T>(query).execute(storage.db)).rows;
+  } finally {
+    await storage.close();
+  }
+}
+
+/**
+ * Whether `needle` is anywhere in the database: on SQLite in the bytes of the file and its
+ * write-ahead log; on PostgreSQL (whose files are out of reach) in any column, as text, of any
+ * row of any table of the schema.
+ */
+export async function databaseContains(databaseUrl: string, needle: string): Promise<boolean> {
+  if (databaseUrl.startsWith('sqlite:')) {
+    const path = databaseUrl.slice('sqlite:'.length);
+    const files = [path, `${path}-wal`].filter((f) => existsSync(f));
+    return Buffer.concat(files.map((f) => readFileSync(f))).includes(Buffer.from(needle));
+  }
+  const columns = await queryDatabase<{ table_name: string; column_name: string }>(
+    databaseUrl,
+    `SELECT table_name, column_name FROM information_schema.columns
+     WHERE table_schema = current_schema() ORDER BY table_name, ordinal_position`,
+  );
+  const tables = new Map<string, string[]>();
+  for (const { table_name, column_name } of columns) {
+    tables.set(table_name, [...(tables.get(table_name) ?? []), column_name]);
+  }
+  for (const [table, names] of tables) {
+    const test = names.map((c) => `strpos(CAST("${c}" AS text), ${sqlText(needle)}) > 0`).join(' OR ');
+    const [row] = await queryDatabase<{ n: number }>(databaseUrl, `SELECT count(*) AS n FROM "${table}" WHERE ${test}`);
+    if (Number(row?.n) > 0) return true;
+  }
+  return false;
+}
+
+/**
+ * Empties the quota counters a server on the test Redis would share with every earlier one (the
+ * keys are not per database, and a ManualClock puts most tests in the same windows).
+ */
+async function clearRedisCounters(url: string): Promise<void> {
+  const redis = new Redis(url, { lazyConnect: true, maxRetriesPerRequest: 1 });
+  redis.on('error', () => {});
+  try {
+    await redis.connect();
+    let cursor = '0';
+    do {
+      const [next, keys] = await redis.scan(cursor, 'MATCH', 'fastpaste:q:*', 'COUNT', 1000);
+      if (keys.length > 0) await redis.del(...keys);
+      cursor = next;
+    } while (cursor !== '0');
+  } finally {
+    redis.disconnect();
+  }
+}
+
 export async function startServer(options: TestServerOptions = {}): Promise<TestServer> {
-  const dir = options.databasePath ? null : mkdtempSync(join(tmpdir(), 'fastpaste-test-'));
-  const databasePath = options.databasePath ?? join(dir as string, 'fastpaste.db');
+  const owned = options.databaseUrl || options.databasePath ? null : await freshDatabase();
+  const databaseUrl =
+    options.databaseUrl ?? (options.databasePath ? `sqlite:${options.databasePath}` : (owned?.url as string));
+  const databasePath = databaseUrl.startsWith('sqlite:') ? databaseUrl.slice('sqlite:'.length) : null;
   const clock = options.clock === 'system' ? new SystemClock() : (options.clock ?? new ManualClock());
-  const storage = openStorage(`sqlite:${databasePath}`);
+  const redisUrl = options.env?.REDIS_URL ?? process.env.TEST_REDIS_URL;
+  // A fresh database comes with fresh counters; a restart or second instance keeps them.
+  if (owned && redisUrl && redisUrl === process.env.TEST_REDIS_URL) await clearRedisCounters(redisUrl);
+  const storage = openStorage(databaseUrl);
   await migrateToLatest(storage.db);
 
   const port = await freePort();
   const url = `http://127.0.0.1:${port}`;
   const config: Config = loadConfig({
-    DATABASE_URL: `sqlite:${databasePath}`,
+    DATABASE_URL: databaseUrl,
     PORT: String(port),
     BASE_URL: url,
+    ...(process.env.TEST_REDIS_URL ? { REDIS_URL: process.env.TEST_REDIS_URL } : {}),
     ...options.env,
   });
   const services = await createServices(storage, { clock: clock.read, config });
@@ -87,7 +198,12 @@ export async function startServer(options: TestServerOptions = {}): Promise<Test
     services,
     clock,
     url,
-    databasePath,
+    databasePath: databasePath as string,
+    databaseUrl,
+    async sql<T = Record<string, unknown>>(query: string): Promise<T[]> {
+      const result = await sql.raw<T>(query).execute(services.storage.db);
+      return result.rows;
+    },
     async createKey(keyOptions = {}) {
       const created = await services.keys.create({ name: 'test key', ...keyOptions });
       return created.key;
@@ -96,7 +212,7 @@ export async function startServer(options: TestServerOptions = {}): Promise<Test
       await app.close();
       await services.close();
       await storage.close();
-      if (dir) rmSync(dir, { recursive: true, force: true });
+      await owned?.drop();
     },
   };
 }

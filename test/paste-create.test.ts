@@ -7,12 +7,18 @@
  */
 import assert from 'node:assert/strict';
 import { createHash, randomBytes } from 'node:crypto';
-import { existsSync, readFileSync } from 'node:fs';
 import { request as httpRequest } from 'node:http';
 import { after, before, describe, it } from 'node:test';
-import Database from 'better-sqlite3';
 import { generateApiKey } from '../src/keys/api-key-format.js';
-import { encryptForTest, expectError, request, startServer, type TestServer } from './helpers.js';
+import {
+  databaseContains,
+  encryptForTest,
+  expectError,
+  request,
+  sqlText,
+  startServer,
+  type TestServer,
+} from './helpers.js';
 
 const MiB = 1_048_576;
 /** Set explicitly so that every returned address can be checked against it (D2). */
@@ -71,29 +77,11 @@ async function detail(server: TestServer, key: string, id: string): Promise<Resu
   );
 }
 
-function withDb<T>(server: TestServer, fn: (db: Database.Database) => T): T {
-  const db = new Database(server.databasePath, { fileMustExist: true });
-  try {
-    return fn(db);
-  } finally {
-    db.close();
-  }
-}
+const rowCount = async (server: TestServer): Promise<number> =>
+  Number((await server.sql<{ n: number }>('SELECT count(*) AS n FROM pastes'))[0]?.n);
 
-const rowCount = (server: TestServer): number =>
-  withDb(server, (db) => (db.prepare('SELECT count(*) AS n FROM pastes').get() as { n: number }).n);
-
-const pasteRow = (server: TestServer, id: string): Record<string, unknown> | undefined =>
-  withDb(
-    server,
-    (db) => db.prepare('SELECT * FROM pastes WHERE id = ?').get(id) as Record<string, unknown> | undefined,
-  );
-
-/** Every byte SQLite has written: the main file and the write-ahead log. */
-function databaseBytes(server: TestServer): Buffer {
-  const files = [server.databasePath, `${server.databasePath}-wal`].filter((f) => existsSync(f));
-  return Buffer.concat(files.map((f) => readFileSync(f)));
-}
+const pasteRow = async (server: TestServer, id: string): Promise<Record<string, unknown> | undefined> =>
+  (await server.sql(`SELECT * FROM pastes WHERE id = ${sqlText(id)}`))[0];
 
 /** A multipart body built by hand, for file names fetch's FormData would escape. */
 function multipartBody(
@@ -371,11 +359,11 @@ describe('POST /api/v1/paste: JSON create and the 201 answer', () => {
 
   for (const bad of ['5m', '1D', '1y', 'forever', '', ' 1d', '24h']) {
     it(`expiry ${JSON.stringify(bad)} is 400 invalid_request naming expiry`, async () => {
-      const before = rowCount(server);
+      const before = await rowCount(server);
       const r = await createJson(server, key, { content: 'bad expiry', expiry: bad });
       const err = expectError(r, 400, 'invalid_request');
       assert.ok(err.details?.some((p) => p.field === 'expiry'));
-      assert.equal(rowCount(server), before);
+      assert.equal(await rowCount(server), before);
     });
   }
 
@@ -455,9 +443,9 @@ describe('POST /api/v1/paste: content and field validation (D6, D7, D8)', () => 
 
   for (const content of ['', 'a', 'ab', '😀😀', 'é\u0301']) {
     it(`content ${JSON.stringify(content)} (fewer than 3 code points) is 400 content_too_short`, async () => {
-      const before = rowCount(server);
+      const before = await rowCount(server);
       expectError(await createJson(server, key, { content }), 400, 'content_too_short');
-      assert.equal(rowCount(server), before);
+      assert.equal(await rowCount(server), before);
     });
   }
 
@@ -486,9 +474,9 @@ describe('POST /api/v1/paste: content and field validation (D6, D7, D8)', () => 
   });
 
   it('4 MiB + 1 byte is 413 content_too_large and nothing is stored', async () => {
-    const before = rowCount(server);
+    const before = await rowCount(server);
     expectError(await createJson(server, key, { content: 'a'.repeat(4 * MiB + 1) }), 413, 'content_too_large');
-    assert.equal(rowCount(server), before);
+    assert.equal(await rowCount(server), before);
   });
 
   it('multibyte content is measured in bytes: 2 Mi two-byte characters (4 MiB) pass', async () => {
@@ -514,7 +502,7 @@ describe('POST /api/v1/paste: content and field validation (D6, D7, D8)', () => 
   });
 
   it('description of 501 characters is 400 invalid_request naming description', async () => {
-    const before = rowCount(server);
+    const before = await rowCount(server);
     const err = expectError(
       await createJson(server, key, { content: 'described', description: 'd'.repeat(501) }),
       400,
@@ -524,7 +512,7 @@ describe('POST /api/v1/paste: content and field validation (D6, D7, D8)', () => 
       err.details?.some((p) => p.field === 'description'),
       JSON.stringify(err),
     );
-    assert.equal(rowCount(server), before);
+    assert.equal(await rowCount(server), before);
   });
 
   for (const [name, body] of [
@@ -580,7 +568,7 @@ describe('POST /api/v1/paste: content and field validation (D6, D7, D8)', () => 
   }
 
   it('an unknown field is 400 invalid_request naming it (D8)', async () => {
-    const before = rowCount(server);
+    const before = await rowCount(server);
     const err = expectError(
       await createJson(server, key, { content: 'hello world', expires: '1h' }),
       400,
@@ -590,7 +578,7 @@ describe('POST /api/v1/paste: content and field validation (D6, D7, D8)', () => 
       err.details?.some((p) => p.field === 'expires'),
       JSON.stringify(err),
     );
-    assert.equal(rowCount(server), before);
+    assert.equal(await rowCount(server), before);
   });
 
   it('several unknown fields are each named', async () => {
@@ -614,10 +602,10 @@ describe('POST /api/v1/paste: content and field validation (D6, D7, D8)', () => 
   }
 
   it('a text/plain body is 400 invalid_request on this endpoint', async () => {
-    const before = rowCount(server);
+    const before = await rowCount(server);
     const r = await postRaw(server, key, 'hello world from text/plain', { 'content-type': 'text/plain' });
     expectError(r, 400, 'invalid_request');
-    assert.equal(rowCount(server), before);
+    assert.equal(await rowCount(server), before);
   });
 
   it('a urlencoded form body is 400 on this endpoint (JSON or multipart only)', async () => {
@@ -724,12 +712,12 @@ describe('POST /api/v1/paste: end-to-end encrypted pastes', () => {
     const { wire, key: secret } = await encryptForTest('the key must stay on the client');
     const r = await createJson(server, key, { content: wire, encrypt: true, key: secret, downloadable: true });
     assert.equal(r.status, 201);
-    const row = pasteRow(server, r.body.data.paste_id);
+    const row = await pasteRow(server, r.body.data.paste_id);
     assert.ok(row, 'row stored');
     for (const [column, value] of Object.entries(row)) {
       assert.equal(String(value).includes(secret), false, `column ${column} holds the key`);
     }
-    assert.equal(databaseBytes(server).includes(Buffer.from(secret)), false, 'key found in the database files');
+    assert.equal(await databaseContains(server.databaseUrl, secret), false, 'key found in the database');
     const read = await detail(server, key, r.body.data.paste_id);
     assert.equal(read.text.includes(secret), false);
   });
@@ -790,9 +778,9 @@ describe('POST /api/v1/paste: end-to-end encrypted pastes', () => {
   for (const [name, make] of invalid) {
     it(`invalid fpe1 (${name}) is 400 invalid_ciphertext`, async () => {
       const content = await make();
-      const before = rowCount(server);
+      const before = await rowCount(server);
       expectError(await createJson(server, key, { content, encrypt: true }), 400, 'invalid_ciphertext');
-      assert.equal(rowCount(server), before);
+      assert.equal(await rowCount(server), before);
     });
   }
 });
@@ -873,13 +861,13 @@ describe('POST /api/v1/paste: custom slugs (D9)', () => {
     ['percent-encoding', 'a%20b'],
   ] as const) {
     it(`a malformed slug (${name}) is 400 invalid_request naming slug`, async () => {
-      const before = rowCount(server);
+      const before = await rowCount(server);
       const err = expectError(await createJson(server, key, { content: 'bad slug', slug }), 400, 'invalid_request');
       assert.ok(
         err.details?.some((p) => p.field === 'slug'),
         JSON.stringify(err),
       );
-      assert.equal(rowCount(server), before);
+      assert.equal(await rowCount(server), before);
     });
   }
 
@@ -890,7 +878,7 @@ describe('POST /api/v1/paste: custom slugs (D9)', () => {
         err.details?.some((p) => p.field === 'slug'),
         JSON.stringify(err),
       );
-      assert.equal(pasteRow(server, slug), undefined);
+      assert.equal(await pasteRow(server, slug), undefined);
     });
   }
 });
@@ -949,7 +937,7 @@ describe('POST /api/v1/paste: public flag (D22) and password (D13)', () => {
     const password = 'correct horse battery staple';
     const r = await createJson(server, key, { content: 'locked content', password });
     assert.equal(r.status, 201);
-    const row = pasteRow(server, r.body.data.paste_id);
+    const row = await pasteRow(server, r.body.data.paste_id);
     assert.ok(row);
     const hash = row.password_hash;
     assert.equal(typeof hash, 'string');
@@ -957,7 +945,7 @@ describe('POST /api/v1/paste: public flag (D22) and password (D13)', () => {
     for (const [column, value] of Object.entries(row)) {
       assert.equal(String(value).includes(password), false, `column ${column} holds the password`);
     }
-    assert.equal(databaseBytes(server).includes(Buffer.from(password)), false, 'password found in the database files');
+    assert.equal(await databaseContains(server.databaseUrl, password), false, 'password found in the database');
   });
 
   it('password: the API refuses the content (403 password_protected); the hash verifies on /raw', async () => {
@@ -974,7 +962,7 @@ describe('POST /api/v1/paste: public flag (D22) and password (D13)', () => {
 
   it('no password: password_hash is null', async () => {
     const r = await createJson(server, key, { content: 'open content' });
-    assert.equal(pasteRow(server, r.body.data.paste_id)?.password_hash, null);
+    assert.equal((await pasteRow(server, r.body.data.paste_id))?.password_hash, null);
   });
 });
 
@@ -1103,13 +1091,13 @@ describe('POST /api/v1/paste: multipart uploads (D17)', () => {
     ['notes.txt.exe', 'text/plain'],
   ] as const) {
     it(`extension not in the list (${filename}, ${type}) is 400 file_type_not_allowed`, async () => {
-      const before = rowCount(server);
+      const before = await rowCount(server);
       expectError(
         await upload(server, key, fileForm('plain words here', filename, type)),
         400,
         'file_type_not_allowed',
       );
-      assert.equal(rowCount(server), before);
+      assert.equal(await rowCount(server), before);
     });
   }
 
@@ -1144,10 +1132,10 @@ describe('POST /api/v1/paste: multipart uploads (D17)', () => {
   });
 
   it('non-UTF-8 bytes are 400 file_type_not_allowed', async () => {
-    const before = rowCount(server);
+    const before = await rowCount(server);
     const bytes = new Uint8Array([0x68, 0x65, 0x6c, 0x6c, 0x6f, 0xff, 0xfe, 0x20, 0xc3, 0x28]);
     expectError(await upload(server, key, fileForm(bytes, 'latin.txt')), 400, 'file_type_not_allowed');
-    assert.equal(rowCount(server), before);
+    assert.equal(await rowCount(server), before);
   });
 
   it('Latin-1 text (not UTF-8) is 400 file_type_not_allowed', async () => {
@@ -1177,7 +1165,7 @@ describe('POST /api/v1/paste: multipart uploads (D17)', () => {
   });
 
   it('an unknown form field is 400 invalid_request naming it', async () => {
-    const before = rowCount(server);
+    const before = await rowCount(server);
     const err = expectError(
       await upload(server, key, fileForm('some text', 'notes.txt', 'text/plain', { colour: 'red' })),
       400,
@@ -1187,7 +1175,7 @@ describe('POST /api/v1/paste: multipart uploads (D17)', () => {
       err.details?.some((p) => p.field === 'colour'),
       JSON.stringify(err),
     );
-    assert.equal(rowCount(server), before);
+    assert.equal(await rowCount(server), before);
   });
 
   it('a file in a field other than "file" is 400', async () => {
@@ -1210,15 +1198,15 @@ describe('POST /api/v1/paste: multipart uploads (D17)', () => {
     const r = await upload(server, key, fileForm(bytes, 'big.log'));
     assert.equal(r.status, 201, r.text.slice(0, 300));
     assert.equal(r.body.data.sha256, sha256(bytes));
-    const row = pasteRow(server, r.body.data.paste_id);
+    const row = await pasteRow(server, r.body.data.paste_id);
     assert.equal(row?.file_size, 10 * MiB);
   });
 
   it('a file of 10 MiB + 1 byte is 413 file_too_large and no paste is stored', async () => {
-    const before = rowCount(server);
+    const before = await rowCount(server);
     const r = await upload(server, key, fileForm(Buffer.alloc(10 * MiB + 1, 'x'), 'too-big.log'));
     expectError(r, 413, 'file_too_large');
-    assert.equal(rowCount(server), before);
+    assert.equal(await rowCount(server), before);
   });
 
   it('a filename with ../ path components is stored without them', async () => {
@@ -1273,7 +1261,7 @@ describe('POST /api/v1/paste: multipart uploads (D17)', () => {
     assert.equal(r.status, 201, r.text);
     const p = (await detail(server, key, r.body.data.paste_id)).body.data;
     assert.equal(/[\r\n]/.test(p.original_filename), false, JSON.stringify(p.original_filename));
-    const row = pasteRow(server, r.body.data.paste_id);
+    const row = await pasteRow(server, r.body.data.paste_id);
     assert.equal(/[\r\n]/.test(String(row?.original_filename)), false);
     const dl = no500(await request(`${server.url}/download/${r.body.data.paste_id}`));
     assert.equal(dl.status, 200);
@@ -1290,13 +1278,13 @@ describe('POST /api/v1/paste: multipart uploads (D17)', () => {
         data: 'header injection?',
       },
     ]);
-    const before = rowCount(server);
+    const before = await rowCount(server);
     const r = await postRaw(server, key, body, { 'content-type': `multipart/form-data; boundary=${boundary}` });
     // Either refused (400) or stored with the line break removed; never stored with it.
     assert.ok(r.status === 201 || r.status === 400, r.text);
     if (r.status === 400) {
       assert.equal(r.body.error, true);
-      assert.equal(rowCount(server), before);
+      assert.equal(await rowCount(server), before);
       return;
     }
     const p = (await detail(server, key, r.body.data.paste_id)).body.data;
@@ -1337,7 +1325,7 @@ describe('POST /api/v1/paste: oversized bodies are cut off while streaming (D17)
     );
 
   it('a chunked 100 MB multipart upload is answered 413 file_too_large long before its end', async () => {
-    const before = rowCount(server);
+    const before = await rowCount(server);
     const boundary = 'streamboundary42';
     const outcome = await streamUntilAnswered(
       server,
@@ -1352,7 +1340,7 @@ describe('POST /api/v1/paste: oversized bodies are cut off while streaming (D17)
     assert.equal(outcome.status, 413, JSON.stringify({ ...outcome, body: outcome.body.slice(0, 300) }));
     assert.equal(JSON.parse(outcome.body).code, 'file_too_large');
     assert.ok(outcome.bytesWritten < 20 * MiB, `wrote ${outcome.bytesWritten} bytes before the answer`);
-    assert.equal(rowCount(server), before);
+    assert.equal(await rowCount(server), before);
   });
 
   it('a multipart upload declaring Content-Length 100 MB is answered 413 file_too_large at once', async () => {
@@ -1419,9 +1407,9 @@ describe('POST /api/v1/paste: authentication', () => {
   });
 
   it('no X-API-Key is 401 api_key_missing and stores nothing', async () => {
-    const before = rowCount(server);
+    const before = await rowCount(server);
     expectError(await attempt(undefined), 401, 'api_key_missing');
-    assert.equal(rowCount(server), before);
+    assert.equal(await rowCount(server), before);
   });
 
   it('an empty X-API-Key is 401 api_key_missing', async () => {
@@ -1437,12 +1425,12 @@ describe('POST /api/v1/paste: authentication', () => {
 
   for (const bad of ['not-a-key', 'fp_short', `${'fp_'}${'A'.repeat(49)}`]) {
     it(`a malformed key (${bad.slice(0, 12)}...) is 403`, async () => {
-      const before = rowCount(server);
+      const before = await rowCount(server);
       const r = await attempt(bad);
       assert.equal(r.status, 403, r.text);
       assert.equal(r.body.error, true);
       assert.equal(typeof r.body.code, 'string');
-      assert.equal(rowCount(server), before);
+      assert.equal(await rowCount(server), before);
     });
   }
 
@@ -1453,11 +1441,11 @@ describe('POST /api/v1/paste: authentication', () => {
   });
 
   it('a well-formed but unknown key is 403', async () => {
-    const before = rowCount(server);
+    const before = await rowCount(server);
     const r = await attempt(generateApiKey());
     assert.equal(r.status, 403, r.text);
     assert.equal(r.body.error, true);
-    assert.equal(rowCount(server), before);
+    assert.equal(await rowCount(server), before);
   });
 
   it('a deactivated key is 403; re-activated it works again', async () => {
@@ -1466,11 +1454,11 @@ describe('POST /api/v1/paste: authentication', () => {
     assert.ok(found);
     assert.equal((await attempt(other)).status, 201);
     await server.services.keys.setActive(found.id, false);
-    const before = rowCount(server);
+    const before = await rowCount(server);
     const r = await attempt(other);
     assert.equal(r.status, 403, r.text);
     assert.equal(r.body.error, true);
-    assert.equal(rowCount(server), before);
+    assert.equal(await rowCount(server), before);
     await server.services.keys.setActive(found.id, true);
     assert.equal((await attempt(other)).status, 201);
   });
@@ -1498,8 +1486,8 @@ describe('POST /api/v1/paste: a refused request never changes stored pastes', ()
       expiry: 'never',
     });
     assert.equal(original.status, 201);
-    const rowBefore = pasteRow(server, 'keepme');
-    const countBefore = rowCount(server);
+    const rowBefore = await pasteRow(server, 'keepme');
+    const countBefore = await rowCount(server);
     const { wire } = await encryptForTest('x');
     const json = (body: unknown) => createJson(server, key, body);
     const refused: Result[] = [
@@ -1540,16 +1528,14 @@ describe('POST /api/v1/paste: a refused request never changes stored pastes', ()
       assert.ok(r.status >= 400 && r.status < 500, `request ${i}: ${r.status} ${r.text.slice(0, 200)}`);
       assert.equal(r.body.error, true, `request ${i}`);
     }
-    assert.equal(rowCount(server), countBefore);
-    assert.deepEqual(pasteRow(server, 'keepme'), rowBefore);
+    assert.equal(await rowCount(server), countBefore);
+    assert.deepEqual(await pasteRow(server, 'keepme'), rowBefore);
     const read = await detail(server, key, 'keepme');
     assert.equal(read.body.data.content, 'the original content');
     assert.equal(read.body.data.sha256, original.body.data.sha256);
     assert.equal(read.body.data.title, 'Original');
     assert.equal(read.body.data.expires_at, null);
-    const suffixed = withDb(server, (db) =>
-      db.prepare("SELECT count(*) AS n FROM pastes WHERE id LIKE 'keepme-%'").get(),
-    );
-    assert.deepEqual(suffixed, { n: 0 });
+    const [suffixed] = await server.sql<{ n: number }>("SELECT count(*) AS n FROM pastes WHERE id LIKE 'keepme-%'");
+    assert.equal(Number(suffixed?.n), 0);
   });
 });

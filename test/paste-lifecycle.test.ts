@@ -7,7 +7,6 @@ import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import http from 'node:http';
 import { after, before, describe, it } from 'node:test';
-import Database from 'better-sqlite3';
 import { encryptForTest, expectError, request, startServer, type TestServer } from './helpers.js';
 
 const MINUTE = 60_000;
@@ -690,13 +689,9 @@ describe('expiry sweep (D12)', () => {
   });
   after(() => server.close());
 
-  function rowIds(): string[] {
-    const db = new Database(server.databasePath, { readonly: true, fileMustExist: true });
-    try {
-      return (db.prepare('SELECT id FROM pastes ORDER BY id').all() as Array<{ id: string }>).map((r) => r.id);
-    } finally {
-      db.close();
-    }
+  /** Every stored id, sorted here (PostgreSQL's collation would order them differently). */
+  async function rowIds(): Promise<string[]> {
+    return (await server.sql<{ id: string }>('SELECT id FROM pastes')).map((r) => r.id).sort();
   }
 
   it('sweepExpired() removes the expired rows and leaves the live ones', async () => {
@@ -710,21 +705,21 @@ describe('expiry sweep (D12)', () => {
       await createPaste(server, key, { expiry: '2d' }),
     ].map((c) => c.paste_id);
     server.clock.advance(DAY);
-    assert.deepEqual(rowIds(), [...expired, ...live].sort(), 'expired rows stay until the sweep');
+    assert.deepEqual(await rowIds(), [...expired, ...live].sort(), 'expired rows stay until the sweep');
     const removed = await server.services.pastes.sweepExpired();
     assert.equal(removed, 3);
-    assert.deepEqual(rowIds(), [...live].sort());
+    assert.deepEqual(await rowIds(), [...live].sort());
     assert.equal(await server.services.pastes.sweepExpired(), 0);
     for (const id of live) assert.equal((await getDetail(server, key, id)).status, 200);
   });
 
   it('sweeps in batches until every expired row is gone', async () => {
-    const before = rowIds();
+    const before = await rowIds();
     const expired: string[] = [];
     for (let i = 0; i < 5; i++) expired.push((await createPaste(server, key, { expiry: '10m' })).paste_id);
     server.clock.advance(10 * MINUTE);
     assert.equal(await server.services.pastes.sweepExpired(2), 5);
-    assert.deepEqual(rowIds(), before);
+    assert.deepEqual(await rowIds(), before);
   });
 });
 

@@ -9,10 +9,9 @@ import { readFileSync } from 'node:fs';
 import http from 'node:http';
 import { after, before, describe, it } from 'node:test';
 import { gzipSync } from 'node:zlib';
-import Database from 'better-sqlite3';
 import { generateApiKey } from '../src/keys/api-key-format.js';
 import { parseCreateInput } from '../src/pastes/paste-input.js';
-import { encryptForTest, expectError, request, startServer, type TestServer } from './helpers.js';
+import { encryptForTest, expectError, request, sqlText, startServer, type TestServer } from './helpers.js';
 
 const BASE = 'https://paste.example.test';
 const MiB = 1_048_576;
@@ -170,14 +169,10 @@ describe('quick-create, web pages and HTTP rules', () => {
     assert.equal(list.status, 200);
     return list.body.data.map((item: { paste_id: string }) => item.paste_id);
   };
-  const pasteRow = (id: string): Record<string, unknown> | undefined => {
-    const db = new Database(server.databasePath, { readonly: true });
-    try {
-      return db.prepare('SELECT * FROM pastes WHERE id = ?').get(id) as Record<string, unknown> | undefined;
-    } finally {
-      db.close();
-    }
-  };
+  const pasteRow = async (id: string): Promise<Record<string, unknown> | undefined> =>
+    (await server.sql(`SELECT * FROM pastes WHERE id = ${sqlText(id)}`))[0];
+  const pasteCount = async (): Promise<number> =>
+    Number((await server.sql<{ n: number }>('SELECT count(*) AS n FROM pastes'))[0]?.n);
 
   describe('POST /api/v1/cli: content', () => {
     it('keeps = and & of a text/plain raw body exactly', async () => {
@@ -439,7 +434,7 @@ describe('quick-create, web pages and HTTP rules', () => {
       const id = idFromTextAnswer(await cli('', { headers: { 'content-type': 'text/plain' }, body: 'anonymous one' }));
       assert.ok(!(await listIds(key)).includes(id));
       assert.ok(!(await listIds(otherKey)).includes(id));
-      assert.equal(pasteRow(id)?.owner_key_id, null);
+      assert.equal((await pasteRow(id))?.owner_key_id, null);
     });
 
     it('with a valid key creates a paste owned by that key', async () => {
@@ -451,14 +446,7 @@ describe('quick-create, web pages and HTTP rules', () => {
     });
 
     it('with an invalid key answers 403 api_key_invalid and creates nothing', async () => {
-      const countBefore = (() => {
-        const db = new Database(server.databasePath, { readonly: true });
-        try {
-          return (db.prepare('SELECT count(*) AS n FROM pastes').get() as { n: number }).n;
-        } finally {
-          db.close();
-        }
-      })();
+      const countBefore = await pasteCount();
       for (const bad of [generateApiKey(), 'fp_not-a-key', `${key.slice(0, -1)}${key.endsWith('a') ? 'b' : 'a'}`]) {
         expectError(
           await cli('', { headers: { 'content-type': 'text/plain', 'x-api-key': bad }, body: 'never stored' }),
@@ -466,12 +454,7 @@ describe('quick-create, web pages and HTTP rules', () => {
           'api_key_invalid',
         );
       }
-      const db = new Database(server.databasePath, { readonly: true });
-      try {
-        assert.equal((db.prepare('SELECT count(*) AS n FROM pastes').get() as { n: number }).n, countBefore);
-      } finally {
-        db.close();
-      }
+      assert.equal(await pasteCount(), countBefore);
     });
   });
 
@@ -624,7 +607,7 @@ describe('quick-create, web pages and HTTP rules', () => {
       assert.match(page.text, /<script src="\/static\/view\.js"><\/script>/);
       assert.ok(!page.text.includes(e2eKey), 'the decryption key is on the page');
       assert.ok(!page.text.includes('plaintext never seen'));
-      const row = pasteRow(created.body.data.paste_id);
+      const row = await pasteRow(created.body.data.paste_id);
       assert.ok(row && !Object.values(row).some((v) => typeof v === 'string' && v.includes(e2eKey)), 'key stored');
     });
 
@@ -836,7 +819,7 @@ describe('quick-create, web pages and HTTP rules', () => {
           body: 'who made me',
         }),
       );
-      assert.equal(pasteRow(id)?.creator_ip, '127.0.0.1');
+      assert.equal((await pasteRow(id))?.creator_ip, '127.0.0.1');
     });
   });
 });
@@ -855,13 +838,8 @@ describe('TRUST_PROXY=true', () => {
       body: 'who made me',
     });
     const id = idFromTextAnswer(result);
-    const db = new Database(server.databasePath, { readonly: true });
-    try {
-      const row = db.prepare('SELECT creator_ip FROM pastes WHERE id = ?').get(id) as { creator_ip: string };
-      assert.equal(row.creator_ip, '203.0.113.9');
-    } finally {
-      db.close();
-    }
+    const [row] = await server.sql<{ creator_ip: string }>(`SELECT creator_ip FROM pastes WHERE id = ${sqlText(id)}`);
+    assert.equal(row?.creator_ip, '203.0.113.9');
   });
 });
 

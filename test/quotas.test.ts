@@ -6,7 +6,8 @@
  * check; ANONYMOUS_CLI and API_ENABLED; and the administrator's `keys limits` / `keys usage`.
  *
  * Every test talks to a real server on 127.0.0.1. Time moves only with the ManualClock. The
- * Redis variants run when TEST_REDIS_URL is set (e.g. redis://127.0.0.1:6379).
+ * Redis variants run when TEST_REDIS_URL is set (e.g. redis://127.0.0.1:6379); the other tests
+ * then count in Redis too, except those that name the database store (REDIS_URL '').
  */
 import assert from 'node:assert/strict';
 import { type ChildProcess, execFile, spawn } from 'node:child_process';
@@ -15,14 +16,15 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, it, type TestContext } from 'node:test';
 import { fileURLToPath } from 'node:url';
-import Database from 'better-sqlite3';
 import { loadConfig } from '../src/config.js';
 import type { NewKeyOptions } from '../src/keys/key-service.js';
 import { parseCreateInput } from '../src/pastes/paste-input.js';
 import {
   expectError,
   freePort,
+  freshDatabase,
   ManualClock,
+  onPostgres,
   request,
   startServer,
   type TestServer,
@@ -43,6 +45,20 @@ async function start(t: TestContext, options: TestServerOptions = {}): Promise<T
   const server = await startServer(options);
   t.after(() => server.close());
   return server;
+}
+
+/**
+ * Runs `body` with a fresh database (a SQLite file, or a PostgreSQL schema) for several servers or
+ * processes in turn, and drops it when the test ends: the drop is added last, so it runs after
+ * the `t.after` hooks that `body` added to stop them (hooks run in the order they were added).
+ */
+async function withDatabase(t: TestContext, body: (databaseUrl: string) => Promise<void>): Promise<void> {
+  const database = await freshDatabase();
+  try {
+    await body(database.url);
+  } finally {
+    t.after(() => database.drop());
+  }
 }
 
 /** A temporary directory removed when the test ends. */
@@ -124,13 +140,8 @@ function headerNumber(answer: Answer, name: string): number {
   return Number(value);
 }
 
-function countPastes(server: TestServer): number {
-  const db = new Database(server.databasePath, { readonly: true, fileMustExist: true });
-  try {
-    return (db.prepare('SELECT COUNT(*) AS n FROM pastes').get() as { n: number }).n;
-  } finally {
-    db.close();
-  }
+async function countPastes(server: TestServer): Promise<number> {
+  return Number((await server.sql<{ n: number }>('SELECT COUNT(*) AS n FROM pastes'))[0]?.n);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -144,7 +155,8 @@ interface Store {
 }
 
 const STORES: Store[] = [
-  { name: 'the database (SQLite)', env: {}, skip: false },
+  // REDIS_URL '' keeps the counters in the database even when TEST_REDIS_URL is set.
+  { name: `the database (${onPostgres ? 'PostgreSQL' : 'SQLite'})`, env: { REDIS_URL: '' }, skip: false },
   {
     name: 'Redis (REDIS_URL)',
     env: TEST_REDIS_URL ? { REDIS_URL: TEST_REDIS_URL } : {},
@@ -236,7 +248,7 @@ function quotaCountingSuite(store: Store): void {
       const statuses = answers.map((a) => a.status);
       assert.equal(statuses.filter((s) => s === 201).length, 10, `statuses: ${statuses.join(' ')}`);
       assert.equal(statuses.filter((s) => s === 429).length, 20, `statuses: ${statuses.join(' ')}`);
-      assert.equal(countPastes(server), 10);
+      assert.equal(await countPastes(server), 10);
       // The remaining counts handed out are 9..0, each once.
       const remaining = answers
         .filter((a) => a.status === 201)
@@ -245,19 +257,23 @@ function quotaCountingSuite(store: Store): void {
       assert.deepEqual(remaining, [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]);
     });
 
-    it('two instances sharing the store: 30 concurrent requests split across both, exactly 10 pass', async (t) => {
+    it('two instances sharing the store: 30 concurrent requests split across both, exactly 10 pass', {
+      // One process owns an SQLite file (its counts are written behind); instances share
+      // PostgreSQL or Redis (README, Running at scale).
+      skip: store.name.includes('SQLite') && 'an SQLite file is owned by one process',
+    }, async (t) => {
       const clock = new ManualClock(Date.UTC(2026, 0, 15, 12, 0, 0));
-      const dir = tempDir(t, 'fastpaste-quota-shared-');
-      const databasePath = join(dir, 'shared.db');
-      const first = await startOn(t, { clock, databasePath });
-      const second = await startOn(t, { clock, databasePath });
-      const key = await first.createKey(limits(0, 10, 0));
-      const answers = await Promise.all(
-        Array.from({ length: 30 }, (_, i) => listWith(i % 2 === 0 ? first : second, key)),
-      );
-      const statuses = answers.map((a) => a.status);
-      assert.equal(statuses.filter((s) => s === 200).length, 10, `statuses: ${statuses.join(' ')}`);
-      assert.equal(statuses.filter((s) => s === 429).length, 20, `statuses: ${statuses.join(' ')}`);
+      await withDatabase(t, async (databaseUrl) => {
+        const first = await startOn(t, { clock, databaseUrl });
+        const second = await startOn(t, { clock, databaseUrl });
+        const key = await first.createKey(limits(0, 10, 0));
+        const answers = await Promise.all(
+          Array.from({ length: 30 }, (_, i) => listWith(i % 2 === 0 ? first : second, key)),
+        );
+        const statuses = answers.map((a) => a.status);
+        assert.equal(statuses.filter((s) => s === 200).length, 10, `statuses: ${statuses.join(' ')}`);
+        assert.equal(statuses.filter((s) => s === 429).length, 20, `statuses: ${statuses.join(' ')}`);
+      });
     });
 
     it('hourly rolls over at the hour: used up from 10:00 to 10:59:59, free again at 11:00:00', async (t) => {
@@ -320,7 +336,7 @@ function quotaCountingSuite(store: Store): void {
 for (const store of STORES) quotaCountingSuite(store);
 
 // ---------------------------------------------------------------------------------------------
-// Headers, 0 = unlimited, what counts and what does not (database store)
+// Headers, 0 = unlimited, what counts and what does not (the default store: Redis with TEST_REDIS_URL)
 // ---------------------------------------------------------------------------------------------
 
 describe('quota rules', () => {
@@ -461,32 +477,34 @@ describe('quota rules', () => {
   });
 
   it('limits survive a restart on the same database', async (t) => {
-    const dir = tempDir(t, 'fastpaste-quota-restart-');
-    const databasePath = join(dir, 'restart.db');
     const clock = new ManualClock(Date.UTC(2026, 5, 1, 9, 0, 0));
-    const before = await startServer({ clock, databasePath });
-    let key: string;
-    try {
-      key = await before.createKey(limits(5, 0, 0));
-      await expectEach(3, () => listWith(before, key), 200, 'before the restart');
-    } finally {
-      await before.close();
-    }
-    const after = await start(t, { clock, databasePath });
-    const next = await listWith(after, key);
-    assertStatus(next, 200, 'request 4 after the restart');
-    assert.equal(next.headers.get('ratelimit-remaining'), '1', 'the count went on from 3');
-    assertStatus(await listWith(after, key), 200, 'request 5');
-    assertRateLimited(await listWith(after, key), 3600, 'request 6 after the restart');
+    // The counters in the database itself, not in Redis.
+    const env = { REDIS_URL: '' };
+    await withDatabase(t, async (databaseUrl) => {
+      const before = await startServer({ clock, databaseUrl, env });
+      let key: string;
+      try {
+        key = await before.createKey(limits(5, 0, 0));
+        await expectEach(3, () => listWith(before, key), 200, 'before the restart');
+      } finally {
+        await before.close();
+      }
+      const after = await start(t, { clock, databaseUrl, env });
+      const next = await listWith(after, key);
+      assertStatus(next, 200, 'request 4 after the restart');
+      assert.equal(next.headers.get('ratelimit-remaining'), '1', 'the count went on from 3');
+      assertStatus(await listWith(after, key), 200, 'request 5');
+      assertRateLimited(await listWith(after, key), 3600, 'request 6 after the restart');
+    });
   });
 
   it('the quota is checked before any work: an over-limit create stores nothing, and is 429 even with a bad body', async (t) => {
     const server = await start(t);
     const key = await server.createKey(limits(1, 0, 0));
     assertStatus(await createWith(server, key, 'the one allowed paste'), 201, 'first create');
-    assert.equal(countPastes(server), 1);
+    assert.equal(await countPastes(server), 1);
     assertRateLimited(await createWith(server, key, 'a valid but over-limit paste'), 3600, 'second create');
-    assert.equal(countPastes(server), 1, 'the refused create stored a paste');
+    assert.equal(await countPastes(server), 1, 'the refused create stored a paste');
     // The body is never read: malformed JSON is not even noticed.
     const malformed = await request(`${server.url}/api/v1/paste`, {
       method: 'POST',
@@ -497,7 +515,7 @@ describe('quota rules', () => {
     // Nor are quick-create's body and content check.
     const quick = await quickCreate(server, { headers: { 'x-api-key': key }, body: Buffer.from([0, 1, 2, 3]) });
     assertRateLimited(quick, 3600, 'over-limit keyed quick-create');
-    assert.equal(countPastes(server), 1);
+    assert.equal(await countPastes(server), 1);
   });
 });
 
@@ -516,7 +534,7 @@ describe('anonymous quick-create limit (ANON_HOURLY_LIMIT, TRUST_PROXY)', () => 
     });
     await expectEach(3, () => quickCreate(server), 201, 'anonymous');
     assertRateLimited(await quickCreate(server), 20 * 60, 'anonymous 4th');
-    assert.equal(countPastes(server), 3);
+    assert.equal(await countPastes(server), 3);
     server.clock.now = Date.UTC(2026, 0, 15, 13, 0, 0);
     assertStatus(await quickCreate(server), 201, 'anonymous in the next hour');
   });
@@ -622,7 +640,7 @@ describe('anonymous content check (400 content_rejected)', () => {
       body: 'content=hello%00world%00binary',
     });
     expectError(form, 400, 'content_rejected');
-    assert.equal(countPastes(server), 0);
+    assert.equal(await countPastes(server), 0);
   });
 
   it('content matching an administrator pattern is refused, case-insensitively; comment lines are not patterns', async (t) => {
@@ -630,7 +648,7 @@ describe('anonymous content check (400 content_rejected)', () => {
     expectError(await quickCreate(server, { body: 'Hello!\nBUY   Cheap\tPILLS here\n' }), 400, 'content_rejected');
     expectError(await quickCreate(server, { body: 'buy cheap pills' }), 400, 'content_rejected');
     expectError(await quickCreate(server, { body: 'CASINO-BONUS-42' }), 400, 'content_rejected');
-    assert.equal(countPastes(server), 0);
+    assert.equal(await countPastes(server), 0);
     // Near misses and the comment lines themselves pass.
     assertStatus(await quickCreate(server, { body: 'buy cheap bread, not pills' }), 201, 'near miss');
     assertStatus(await quickCreate(server, { body: '# this line is a comment\nhello' }), 201, 'comment text');
@@ -649,7 +667,7 @@ describe('anonymous content check (400 content_rejected)', () => {
       400,
       'content_rejected',
     );
-    assert.equal(countPastes(server), 0);
+    assert.equal(await countPastes(server), 0);
     const prose = [
       'The build failed again this morning; the log is at https://ci.example.com/builds/1234 and the',
       'fix I tried is described in https://github.com/example/project/pull/99 if anyone wants to look.',
@@ -711,10 +729,10 @@ describe('ANONYMOUS_CLI and API_ENABLED', () => {
       401,
       'api_key_missing',
     );
-    assert.equal(countPastes(server), 0);
+    assert.equal(await countPastes(server), 0);
     const key = await server.createKey();
     assertStatus(await quickCreate(server, { headers: { 'x-api-key': key } }), 201, 'keyed quick-create');
-    assert.equal(countPastes(server), 1);
+    assert.equal(await countPastes(server), 1);
   });
 
   it('API_ENABLED=false: every /api/v1 request is 503 api_disabled, with or without a key; /raw and /view answer', async (t) => {
@@ -751,7 +769,7 @@ describe('ANONYMOUS_CLI and API_ENABLED', () => {
       }
     }
     // Nothing was done: the paste is intact, no paste was added, the key used nothing.
-    assert.equal(countPastes(server), 1);
+    assert.equal(await countPastes(server), 1);
     const raw = await request(`${server.url}/raw/${id}`);
     assertStatus(raw, 200, '/raw');
     assert.equal(raw.text, 'still readable');
@@ -786,7 +804,7 @@ describe('ANONYMOUS_CLI and API_ENABLED', () => {
       if (answer.status < 400) reached.push(`${attempt.method} ${attempt.path} -> ${answer.status}`);
     }
     assert.deepEqual(reached, [], 'requests that reached the disabled API');
-    assert.equal(countPastes(server), 0, 'a paste was created while the API is disabled');
+    assert.equal(await countPastes(server), 0, 'a paste was created while the API is disabled');
   });
 });
 
@@ -886,57 +904,60 @@ describe('fastpaste keys limits / keys usage', () => {
     const toNextHour = HOUR - (Date.now() % HOUR);
     if (toNextHour < 20 * SECOND) await new Promise((resolve) => setTimeout(resolve, toNextHour + SECOND));
 
-    const dir = tempDir(t, 'fastpaste-quota-cli-');
-    const env = { DATABASE_URL: `sqlite:${join(dir, 'db.sqlite')}` };
-    const created = await fastpaste(['keys', 'create', '--name', 'x', '--json'], env);
-    assertOk(created, 'keys create');
-    const key = JSON.parse(created.stdout.trim()).key as string;
+    await withDatabase(t, async (databaseUrl) => {
+      // The server and the tool share the counters: in the database, or in Redis with TEST_REDIS_URL.
+      const env = { DATABASE_URL: databaseUrl, ...(TEST_REDIS_URL ? { REDIS_URL: TEST_REDIS_URL } : {}) };
+      const created = await fastpaste(['keys', 'create', '--name', 'x', '--json'], env);
+      assertOk(created, 'keys create');
+      const key = JSON.parse(created.stdout.trim()).key as string;
 
-    const set = await fastpaste(['keys', 'limits', key, '--hourly', '2', '--daily', '5'], env);
-    assertOk(set, 'keys limits');
-    assert.match(set.stdout, /hourly 2/);
-    assert.match(set.stdout, /daily 5/);
+      const set = await fastpaste(['keys', 'limits', key, '--hourly', '2', '--daily', '5'], env);
+      assertOk(set, 'keys limits');
+      assert.match(set.stdout, /hourly 2/);
+      assert.match(set.stdout, /daily 5/);
 
-    const url = await serveProcess(t, env);
-    const list = () => request(`${url}/api/v1/pastes`, { headers: { 'x-api-key': key } });
-    await expectEach(2, list, 200, 'requests within the limit');
+      const url = await serveProcess(t, env);
+      const list = () => request(`${url}/api/v1/pastes`, { headers: { 'x-api-key': key } });
+      await expectEach(2, list, 200, 'requests within the limit');
 
-    const usage = await fastpaste(['keys', 'usage', key, '--json'], env);
-    assertOk(usage, 'keys usage');
-    const windows = JSON.parse(usage.stdout.trim()) as Array<Record<string, unknown>>;
-    const byKind = Object.fromEntries(windows.map((w) => [w.window, w]));
-    assert.deepEqual(Object.keys(byKind).sort(), ['daily', 'hourly', 'monthly']);
-    assert.equal(byKind.hourly?.limit, 2);
-    assert.equal(byKind.hourly?.used, 2);
-    assert.equal(byKind.hourly?.remaining, 0);
-    assert.equal(byKind.daily?.limit, 5);
-    assert.equal(byKind.daily?.used, 2);
-    assert.equal(byKind.daily?.remaining, 3);
-    assert.equal(byKind.monthly?.limit, 0);
-    assert.equal(byKind.monthly?.remaining, null, 'an unlimited window has no remaining count');
+      const usage = await fastpaste(['keys', 'usage', key, '--json'], env);
+      assertOk(usage, 'keys usage');
+      const windows = JSON.parse(usage.stdout.trim()) as Array<Record<string, unknown>>;
+      const byKind = Object.fromEntries(windows.map((w) => [w.window, w]));
+      assert.deepEqual(Object.keys(byKind).sort(), ['daily', 'hourly', 'monthly']);
+      assert.equal(byKind.hourly?.limit, 2);
+      assert.equal(byKind.hourly?.used, 2);
+      assert.equal(byKind.hourly?.remaining, 0);
+      assert.equal(byKind.daily?.limit, 5);
+      assert.equal(byKind.daily?.used, 2);
+      assert.equal(byKind.daily?.remaining, 3);
+      assert.equal(byKind.monthly?.limit, 0);
+      assert.equal(byKind.monthly?.remaining, null, 'an unlimited window has no remaining count');
 
-    const human = await fastpaste(['keys', 'usage', key], env);
-    assertOk(human, 'keys usage (text)');
-    assert.match(human.stdout, /hourly\s+used 2, 0 left of 2/);
-    assert.match(human.stdout, /daily\s+used 2, 3 left of 5/);
+      const human = await fastpaste(['keys', 'usage', key], env);
+      assertOk(human, 'keys usage (text)');
+      assert.match(human.stdout, /hourly\s+used 2, 0 left of 2/);
+      assert.match(human.stdout, /daily\s+used 2, 3 left of 5/);
 
-    // The server reads the limits on each request: used up now, raised by the tool, free again.
-    const refused = await list();
-    expectError(refused, 429, 'rate_limited');
-    assert.ok(refused.headers.get('retry-after'), 'Retry-After on the 429');
-    assertOk(await fastpaste(['keys', 'limits', key, '--hourly', '10'], env), 'keys limits (raise)');
-    assertStatus(await list(), 200, 'after raising the hourly limit');
+      // The server reads the limits on each request: used up now, raised by the tool, free again.
+      const refused = await list();
+      expectError(refused, 429, 'rate_limited');
+      assert.ok(refused.headers.get('retry-after'), 'Retry-After on the 429');
+      assertOk(await fastpaste(['keys', 'limits', key, '--hourly', '10'], env), 'keys limits (raise)');
+      assertStatus(await list(), 200, 'after raising the hourly limit');
+    });
   });
 
   it('keys limits and keys usage on an unknown key exit non-zero', async (t) => {
-    const dir = tempDir(t, 'fastpaste-quota-cli-');
-    const env = { DATABASE_URL: `sqlite:${join(dir, 'db.sqlite')}` };
-    const limitsRun = await fastpaste(['keys', 'limits', 'k_000000000000', '--hourly', '2'], env);
-    assert.notEqual(limitsRun.code, 0, `keys limits on an unknown key exited 0: ${limitsRun.stdout}`);
-    assert.match(limitsRun.stderr, /k_000000000000/);
-    const usageRun = await fastpaste(['keys', 'usage', 'k_000000000000'], env);
-    assert.notEqual(usageRun.code, 0, `keys usage on an unknown key exited 0: ${usageRun.stdout}`);
-    const badNumber = await fastpaste(['keys', 'limits', 'k_000000000000', '--hourly', 'lots'], env);
-    assert.notEqual(badNumber.code, 0, 'a non-numeric limit was accepted');
+    await withDatabase(t, async (databaseUrl) => {
+      const env = { DATABASE_URL: databaseUrl };
+      const limitsRun = await fastpaste(['keys', 'limits', 'k_000000000000', '--hourly', '2'], env);
+      assert.notEqual(limitsRun.code, 0, `keys limits on an unknown key exited 0: ${limitsRun.stdout}`);
+      assert.match(limitsRun.stderr, /k_000000000000/);
+      const usageRun = await fastpaste(['keys', 'usage', 'k_000000000000'], env);
+      assert.notEqual(usageRun.code, 0, `keys usage on an unknown key exited 0: ${usageRun.stdout}`);
+      const badNumber = await fastpaste(['keys', 'limits', 'k_000000000000', '--hourly', 'lots'], env);
+      assert.notEqual(badNumber.code, 0, 'a non-numeric limit was accepted');
+    });
   });
 });

@@ -150,8 +150,14 @@ export async function readMultipartForm(request: FastifyRequest, options: Multip
  * request to its end; failing at its 'limit' event answers at once, and the answer closes the
  * connection so the rest is never read.
  */
-function readFilePart(file: NodeJS.ReadableStream & { truncated?: boolean }, limit: number): Promise<Buffer> {
+function readFilePart(
+  file: NodeJS.ReadableStream & { truncated?: boolean; errored?: unknown; destroyed?: boolean; readableEnded?: boolean },
+  limit: number,
+): Promise<Buffer> {
   return new Promise((resolve, reject) => {
+    const broken = () => reject(new AppError('invalid_request', 'The multipart body could not be read.'));
+    // busboy may have parsed (and failed) the whole body before this part is read.
+    if (file.errored) return broken();
     const chunks: Buffer[] = [];
     let size = 0;
     file.on('data', (chunk: Buffer) => {
@@ -160,6 +166,10 @@ function readFilePart(file: NodeJS.ReadableStream & { truncated?: boolean }, lim
     });
     file.on('limit', () => reject(tooLarge(limit)));
     file.on('end', () => (file.truncated ? reject(tooLarge(limit)) : resolve(Buffer.concat(chunks, size))));
-    file.on('error', reject);
+    file.on('error', broken);
+    file.on('close', () => {
+      if (!file.readableEnded) broken();
+    });
+    if (file.destroyed && !file.readableEnded) broken();
   });
 }

@@ -1,0 +1,248 @@
+/**
+ * Scale-out (issue 5): several real server processes on one PostgreSQL and one Redis do
+ * everything that must happen once exactly once, and an outage of either backend gives fast
+ * 503s and heals by itself. Runs when TEST_DATABASE_URL and TEST_REDIS_URL are set (as CI does).
+ */
+import assert from 'node:assert/strict';
+import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
+import { createServer, type Server } from 'node:http';
+import { after, before, describe, it } from 'node:test';
+import pg from 'pg';
+import { freePort, freshDatabase } from './helpers.js';
+import { fastpaste, type ServerProcess, startServerProcess } from './server-process.js';
+
+const TEST_DB = process.env.TEST_DATABASE_URL;
+const TEST_REDIS = process.env.TEST_REDIS_URL;
+const skip = !TEST_DB || !TEST_REDIS ? 'needs TEST_DATABASE_URL and TEST_REDIS_URL' : false;
+
+interface Received {
+  id: string;
+  pasteId: string;
+}
+
+function startReceiver(): Promise<{ server: Server; url: string; received: Received[] }> {
+  const received: Received[] = [];
+  const server = createServer((req, res) => {
+    let body = '';
+    req.on('data', (d) => {
+      body += d;
+    });
+    req.on('end', () => {
+      received.push({ id: String(req.headers['webhook-id']), pasteId: JSON.parse(body).paste_id });
+      res.end('ok');
+    });
+  });
+  return new Promise((resolve) =>
+    server.listen(0, '127.0.0.1', () => {
+      const address = server.address();
+      const port = typeof address === 'object' && address ? address.port : 0;
+      resolve({ server, url: `http://127.0.0.1:${port}/hook`, received });
+    }),
+  );
+}
+
+async function createKey(env: Record<string, string>, extra: string[] = []): Promise<string> {
+  const out = await fastpaste(['keys', 'create', '--name', 'scale', '--json', ...extra], env);
+  assert.equal(out.code, 0, out.stderr);
+  return JSON.parse(out.stdout).key;
+}
+
+async function until<T>(check: () => Promise<T | undefined>, ms: number, what: string): Promise<T> {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    const value = await check().catch(() => undefined);
+    if (value !== undefined) return value;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+describe('two instances on one PostgreSQL and one Redis', { skip }, () => {
+  let db: Awaited<ReturnType<typeof freshDatabase>>;
+  let receiver: Awaited<ReturnType<typeof startReceiver>>;
+  let env: Record<string, string>;
+  let a: ServerProcess;
+  let b: ServerProcess;
+  let key: string;
+
+  before(async () => {
+    db = await freshDatabase();
+    receiver = await startReceiver();
+    env = {
+      DATABASE_URL: db.url,
+      REDIS_URL: TEST_REDIS as string,
+      WEBHOOK_ALLOW_PRIVATE: 'true',
+      WEBHOOK_RETRY_BASE_MS: '200',
+      ANON_HOURLY_LIMIT: '0',
+    };
+    assert.equal((await fastpaste(['migrate'], env)).code, 0);
+    key = await createKey(env, ['--webhook', receiver.url]);
+    [a, b] = await Promise.all([startServerProcess(env), startServerProcess(env)]);
+  });
+  after(async () => {
+    await Promise.all([a?.stop(), b?.stop()]);
+    receiver?.server.close();
+    await db?.drop();
+  });
+
+  it('migrations run once when three instances start on an empty database together', async () => {
+    const fresh = await freshDatabase();
+    const servers = await Promise.all([1, 2, 3].map(() => startServerProcess({ ...env, DATABASE_URL: fresh.url })));
+    try {
+      const schema = new URL(fresh.url).searchParams.get('options')?.split('=')[1] as string;
+      const client = new pg.Client({ connectionString: TEST_DB });
+      await client.connect();
+      const rows = await client.query(`SELECT name, count(*)::int AS n FROM ${schema}.kysely_migration GROUP BY name`);
+      await client.end();
+      assert.ok(rows.rows.length >= 3);
+      for (const row of rows.rows) assert.equal(row.n, 1, `${row.name} applied ${row.n} times`);
+      for (const s of servers) assert.equal((await fetch(`${s.url}/readyz`)).status, 200);
+    } finally {
+      await Promise.all(servers.map((s) => s.stop()));
+      await fresh.drop();
+    }
+  });
+
+  it('50 concurrent readers split across both instances get one burn paste exactly once', async () => {
+    const created = await fetch(`${a.url}/api/v1/paste`, {
+      method: 'POST',
+      headers: { 'x-api-key': key, 'content-type': 'application/json' },
+      body: JSON.stringify({ content: 'read me once', burn: true }),
+    });
+    assert.equal(created.status, 201);
+    const id = ((await created.json()) as { data: { paste_id: string } }).data.paste_id;
+    const answers = await Promise.all(
+      Array.from({ length: 50 }, (_, i) =>
+        fetch(`${i % 2 ? a.url : b.url}/raw/${id}`).then(async (r) => ({ status: r.status, body: await r.text() })),
+      ),
+    );
+    const served = answers.filter((r) => r.status === 200);
+    assert.equal(served.length, 1);
+    assert.equal(served[0]?.body, 'read me once');
+    assert.equal(answers.filter((r) => r.status === 404).length, 49);
+  });
+
+  it('a key limited to N requests gets exactly N non-429 answers across both instances', async () => {
+    const limited = await createKey(env, ['--hourly', '25']);
+    const statuses = await Promise.all(
+      Array.from({ length: 80 }, (_, i) =>
+        fetch(`${i % 2 ? a.url : b.url}/api/v1/pastes`, { headers: { 'x-api-key': limited } }).then((r) => r.status),
+      ),
+    );
+    assert.equal(statuses.filter((s) => s !== 429).length, 25);
+    assert.ok(statuses.every((s) => s === 200 || s === 429));
+  });
+
+  it('100 pastes created across both instances give exactly 100 webhook deliveries, each once', async () => {
+    const start = receiver.received.length;
+    const ids: string[] = [];
+    for (let batch = 0; batch < 10; batch++) {
+      const made = await Promise.all(
+        Array.from({ length: 10 }, (_, i) =>
+          fetch(`${i % 2 ? a.url : b.url}/api/v1/paste`, {
+            method: 'POST',
+            headers: { 'x-api-key': key, 'content-type': 'application/json' },
+            body: JSON.stringify({ content: `paste ${batch}-${i}` }),
+          }).then(async (r) => ((await r.json()) as { data: { paste_id: string } }).data.paste_id),
+        ),
+      );
+      ids.push(...made);
+    }
+    await until(async () => (receiver.received.length - start >= 100 ? true : undefined), 30_000, '100 deliveries');
+    // Give a duplicate the time to show up, were there one.
+    await new Promise((r) => setTimeout(r, 2500));
+    const got = receiver.received.slice(start);
+    assert.equal(got.length, 100);
+    assert.equal(new Set(got.map((g) => g.id)).size, 100);
+    assert.deepEqual(new Set(got.map((g) => g.pasteId)), new Set(ids));
+  });
+});
+
+describe('a backend that goes away gives fast 503s and the instance heals by itself', { skip }, () => {
+  it('Redis stopped: 503 within seconds; Redis back: served again without a restart', async () => {
+    const port = await freePort();
+    const startRedis = (): ChildProcess =>
+      spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], {
+        stdio: 'ignore',
+      });
+    let redis = startRedis();
+    const db = await freshDatabase();
+    const env = { DATABASE_URL: db.url, REDIS_URL: `redis://127.0.0.1:${port}` };
+    let server: ServerProcess | undefined;
+    try {
+      await until(async () => (await fetch('http://127.0.0.1:1').catch(() => true)) && true, 100, 'nothing');
+      await new Promise((r) => setTimeout(r, 300));
+      const key = await createKey(env, ['--hourly', '100000']);
+      server = await startServerProcess(env);
+      const get = () => fetch(`${server?.url}/api/v1/pastes`, { headers: { 'x-api-key': key } });
+      assert.equal((await get()).status, 200);
+
+      redis.kill('SIGKILL');
+      await new Promise((r) => redis.once('exit', r));
+      const started = Date.now();
+      const down = await get();
+      assert.equal(down.status, 503);
+      assert.equal(((await down.json()) as { code: string }).code, 'service_unavailable');
+      assert.ok(Date.now() - started < 5000, `took ${Date.now() - started} ms`);
+      assert.equal((await fetch(`${server.url}/readyz`)).status, 503);
+
+      redis = startRedis();
+      await until(async () => ((await get()).status === 200 ? true : undefined), 15_000, 'recovery');
+      assert.equal((await fetch(`${server.url}/readyz`)).status, 200);
+    } finally {
+      await server?.stop();
+      redis.kill('SIGKILL');
+      await db.drop();
+    }
+  });
+
+  const canMakeCluster = (() => {
+    try {
+      execFileSync('which', ['pg_createcluster'], { stdio: 'ignore' });
+      return process.getuid?.() === 0;
+    } catch {
+      return false;
+    }
+  })();
+
+  it('PostgreSQL stopped: 503 within seconds; PostgreSQL back: served again without a restart', {
+    skip: !canMakeCluster && 'needs root and pg_createcluster for a cluster of its own',
+  }, async () => {
+    const version = execFileSync('ls', ['/usr/lib/postgresql'], { encoding: 'utf8' })
+      .trim()
+      .split('\n')
+      .pop() as string;
+    const name = `fpoutage${process.pid}`;
+    const port = await freePort();
+    const ctl = (action: string, ...more: string[]) =>
+      execFileSync('pg_ctlcluster', ['--skip-systemctl-redirect', version, name, action, ...more], { stdio: 'ignore' });
+    execFileSync('pg_createcluster', [version, name, '-p', String(port), '--', '--auth=trust'], { stdio: 'ignore' });
+    let server: ServerProcess | undefined;
+    try {
+      ctl('start');
+      const env = { DATABASE_URL: `postgres://postgres@127.0.0.1:${port}/postgres`, REDIS_URL: '' };
+      const key = await createKey(env);
+      server = await startServerProcess(env);
+      const get = () => fetch(`${server?.url}/api/v1/pastes`, { headers: { 'x-api-key': key } });
+      assert.equal((await get()).status, 200);
+
+      ctl('stop', '-m', 'immediate');
+      const started = Date.now();
+      const down = await get();
+      assert.equal(down.status, 503);
+      assert.equal(((await down.json()) as { code: string }).code, 'service_unavailable');
+      assert.ok(Date.now() - started < 5000, `took ${Date.now() - started} ms`);
+      const again = Date.now();
+      assert.equal((await get()).status, 503);
+      assert.ok(Date.now() - again < 5000);
+      assert.equal((await fetch(`${server.url}/readyz`)).status, 503);
+
+      ctl('start');
+      await until(async () => ((await get()).status === 200 ? true : undefined), 20_000, 'recovery');
+      assert.equal((await fetch(`${server.url}/readyz`)).status, 200);
+    } finally {
+      await server?.stop();
+      execFileSync('pg_dropcluster', [version, name, '--stop'], { stdio: 'ignore' });
+    }
+  });
+});
