@@ -151,7 +151,12 @@ export async function readMultipartForm(request: FastifyRequest, options: Multip
  * connection so the rest is never read.
  */
 function readFilePart(
-  file: NodeJS.ReadableStream & { truncated?: boolean; errored?: unknown; destroyed?: boolean; readableEnded?: boolean },
+  file: NodeJS.ReadableStream & {
+    truncated?: boolean;
+    errored?: unknown;
+    destroyed?: boolean;
+    readableEnded?: boolean;
+  },
   limit: number,
 ): Promise<Buffer> {
   return new Promise((resolve, reject) => {

@@ -190,7 +190,7 @@ export class PasteRepository {
       for (const item of batch) this.insertAlone(item.paste, item.also).then(item.resolve, item.reject);
       return;
     }
-    batch.forEach((item, i) => item.resolve(results[i] as boolean));
+    for (const [i, item] of batch.entries()) item.resolve(results[i] as boolean);
   }
 
   /** Frees an id held only by an expired paste that the sweep has not removed yet. */
