@@ -178,3 +178,18 @@ function readFilePart(
     if (file.destroyed && !file.readableEnded) broken();
   });
 }
+
+/**
+ * A route hook that refuses a body whose declared Content-Length is over the route's limit
+ * before anything else runs (authentication included), so the answer goes out before the client
+ * has sent much. `limitFor` gives the limit and the error for this request's content type.
+ */
+export function declaredLengthGuard(limitFor: (multipart: boolean) => { limit: number; error: () => AppError }) {
+  return async (request: FastifyRequest): Promise<void> => {
+    const header = request.headers['content-length'];
+    if (header === undefined) return;
+    const multipart = (request.headers['content-type'] ?? '').toLowerCase().startsWith('multipart/');
+    const { limit, error } = limitFor(multipart);
+    if (Number(header) > limit) throw error();
+  };
+}

@@ -9,7 +9,7 @@ import type { ContentChecker } from '../../pastes/content-check.js';
 import { EXPIRY_VALUES } from '../../pastes/expiry.js';
 import { MAX_TEXT_BYTES, parseCreateInput, parseFormBoolean, tooLarge } from '../../pastes/paste-input.js';
 import { decodeTextFile } from '../../pastes/uploads.js';
-import { readMultipartForm, UrlEncodedBody } from '../request-bodies.js';
+import { declaredLengthGuard, readMultipartForm, UrlEncodedBody } from '../request-bodies.js';
 import { optionalApiKey } from './authentication.js';
 import { type ApiDeps, announcedLength, createdMessage } from './paste-routes.js';
 
@@ -117,32 +117,42 @@ export async function registerCliRoutes(
 ): Promise<void> {
   const { pastes, presenter } = deps;
 
-  app.post('/api/v1/cli', { onRequest: optionalApiKey(deps), bodyLimit: FORM_BODY_LIMIT }, async (request, reply) => {
-    const anonymous = request.apiKey === null;
-    const { content, params } = await readQuickCreate(request, anonymous);
-    if (anonymous && content !== undefined) deps.contentChecker.check(content);
-    const json = wantsJson(request, params);
-    const fields: Record<string, unknown> = { content };
-    if (params.expiry !== undefined) fields.expiry = params.expiry;
-    if (params.title !== undefined) fields.title = params.title;
-    if (params.lang !== undefined) fields.language = params.lang;
-    if (params.burn !== undefined) fields.burn = params.burn;
-    const input = parseCreateInput(fields, 'form');
-    const created = await pastes.create(input, {
-      owner: request.apiKey,
-      source: 'cli',
-      ip: request.ip,
-    });
-    reply.code(201);
-    if (json) {
-      return reply.send({
-        error: false,
-        message: createdMessage(created.paste.id, undefined, false),
-        data: presenter.created(created.paste, input),
+  app.post(
+    '/api/v1/cli',
+    {
+      onRequest: [
+        declaredLengthGuard(() => ({ limit: FORM_BODY_LIMIT, error: () => tooLarge(MAX_TEXT_BYTES) })),
+        optionalApiKey(deps),
+      ],
+      bodyLimit: FORM_BODY_LIMIT,
+    },
+    async (request, reply) => {
+      const anonymous = request.apiKey === null;
+      const { content, params } = await readQuickCreate(request, anonymous);
+      if (anonymous && content !== undefined) deps.contentChecker.check(content);
+      const json = wantsJson(request, params);
+      const fields: Record<string, unknown> = { content };
+      if (params.expiry !== undefined) fields.expiry = params.expiry;
+      if (params.title !== undefined) fields.title = params.title;
+      if (params.lang !== undefined) fields.language = params.lang;
+      if (params.burn !== undefined) fields.burn = params.burn;
+      const input = parseCreateInput(fields, 'form');
+      const created = await pastes.create(input, {
+        owner: request.apiKey,
+        source: 'cli',
+        ip: request.ip,
       });
-    }
-    return reply.type('text/plain; charset=utf-8').send(`${presenter.viewUrl(created.paste.id)}\n`);
-  });
+      reply.code(201);
+      if (json) {
+        return reply.send({
+          error: false,
+          message: createdMessage(created.paste.id, undefined, false),
+          data: presenter.created(created.paste, input),
+        });
+      }
+      return reply.type('text/plain; charset=utf-8').send(`${presenter.viewUrl(created.paste.id)}\n`);
+    },
+  );
 
   app.get('/api/v1/cli', async (request, reply: FastifyReply) => {
     const query = request.query as Record<string, string | undefined>;

@@ -15,7 +15,7 @@ import {
 import type { PastePresenter } from '../../pastes/paste-presenter.js';
 import type { PasteService } from '../../pastes/paste-service.js';
 import { decodeTextFile, isAllowedExtension, isTextualMimeType, safeFilename } from '../../pastes/uploads.js';
-import { readMultipartForm } from '../request-bodies.js';
+import { declaredLengthGuard, readMultipartForm } from '../request-bodies.js';
 import { callerKey, requireApiKey } from './authentication.js';
 
 export interface ApiDeps {
@@ -94,30 +94,40 @@ async function readUpload(request: FastifyRequest): Promise<{ input: CreateInput
 export async function registerPasteRoutes(app: FastifyInstance, deps: ApiDeps): Promise<void> {
   const { pastes, presenter } = deps;
   const onRequest = requireApiKey(deps);
+  const guardCreate = declaredLengthGuard((multipart) =>
+    multipart
+      ? { limit: MULTIPART_BODY_LIMIT, error: () => tooLarge(MAX_UPLOAD_BYTES) }
+      : { limit: JSON_BODY_LIMIT, error: () => tooLarge(MAX_TEXT_BYTES) },
+  );
+  const guardUpdate = declaredLengthGuard(() => ({ limit: JSON_BODY_LIMIT, error: () => tooLarge(MAX_TEXT_BYTES) }));
 
-  app.post('/api/v1/paste', { onRequest, bodyLimit: JSON_BODY_LIMIT }, async (request, reply) => {
-    const key = callerKey(request);
-    let input: CreateInput;
-    let filename: string | undefined;
-    if (request.isMultipart()) {
-      ({ input, filename } = await readUpload(request));
-    } else {
-      const length = announcedLength(request);
-      if (length !== undefined && length > JSON_BODY_LIMIT) throw tooLarge(MAX_TEXT_BYTES);
-      input = parseCreateInput(jsonObjectBody(request), 'json');
-    }
-    const created = await pastes.create(input, {
-      owner: key,
-      source: 'api',
-      ip: request.ip,
-      ...(filename !== undefined ? { filename } : {}),
-    });
-    return reply.code(201).send({
-      error: false,
-      message: createdMessage(created.paste.id, input.slug, created.slugTaken),
-      data: presenter.created(created.paste, input),
-    });
-  });
+  app.post(
+    '/api/v1/paste',
+    { onRequest: [guardCreate, onRequest], bodyLimit: JSON_BODY_LIMIT },
+    async (request, reply) => {
+      const key = callerKey(request);
+      let input: CreateInput;
+      let filename: string | undefined;
+      if (request.isMultipart()) {
+        ({ input, filename } = await readUpload(request));
+      } else {
+        const length = announcedLength(request);
+        if (length !== undefined && length > JSON_BODY_LIMIT) throw tooLarge(MAX_TEXT_BYTES);
+        input = parseCreateInput(jsonObjectBody(request), 'json');
+      }
+      const created = await pastes.create(input, {
+        owner: key,
+        source: 'api',
+        ip: request.ip,
+        ...(filename !== undefined ? { filename } : {}),
+      });
+      return reply.code(201).send({
+        error: false,
+        message: createdMessage(created.paste.id, input.slug, created.slugTaken),
+        data: presenter.created(created.paste, input),
+      });
+    },
+  );
 
   app.route({
     method: ['GET', 'HEAD'],
@@ -139,7 +149,7 @@ export async function registerPasteRoutes(app: FastifyInstance, deps: ApiDeps): 
     },
   });
 
-  app.put('/api/v1/paste/:id', { onRequest, bodyLimit: JSON_BODY_LIMIT }, async (request) => {
+  app.put('/api/v1/paste/:id', { onRequest: [guardUpdate, onRequest], bodyLimit: JSON_BODY_LIMIT }, async (request) => {
     const id = pasteIdParam(request);
     const input = parseUpdateInput(jsonObjectBody(request));
     const updated = await pastes.update(id, callerKey(request).id, input);
