@@ -10,6 +10,9 @@ import type { DeliveryRow, KeyWebhook, WebhookRepository } from '../storage/webh
 import { MAX_ATTEMPTS, retryDelayMs } from './retry-schedule.js';
 import { type SendResult, sendWebhook } from './webhook-sender.js';
 
+/** The shortest gap between two polls brought on by wakes. */
+const WAKE_GAP_MS = 50;
+
 export interface WorkerOptions {
   /** Deliveries in flight at once. */
   concurrency: number;
@@ -33,6 +36,8 @@ export class DeliveryWorker {
   private readonly inFlight = new Set<Promise<void>>();
   private timer: NodeJS.Timeout | null = null;
   private running = false;
+  private wakePending = false;
+  private lastPoll = 0;
   private polling = false;
   private pollAgain = false;
 
@@ -48,9 +53,16 @@ export class DeliveryWorker {
     this.schedule(0);
   }
 
-  /** Something was queued: look now instead of at the next poll. */
+  /**
+   * Something was queued, or a slot came free: look soon instead of at the next poll. Wakes are
+   * gathered into one poll every WAKE_GAP_MS, so a burst of creates costs one outbox query, not
+   * one each, and delivery work never crowds out the requests that create pastes.
+   */
   wake(): void {
-    if (this.running) this.schedule(0);
+    if (!this.running || this.wakePending) return;
+    this.wakePending = true;
+    const wait = Math.max(0, this.lastPoll + WAKE_GAP_MS - Date.now());
+    this.schedule(wait);
   }
 
   /**
@@ -78,6 +90,8 @@ export class DeliveryWorker {
       return;
     }
     this.polling = true;
+    this.wakePending = false;
+    this.lastPoll = Date.now();
     try {
       do {
         this.pollAgain = false;
@@ -92,7 +106,8 @@ export class DeliveryWorker {
       this.log.error({ err }, 'webhook outbox poll failed');
     } finally {
       this.polling = false;
-      this.schedule(this.options.pollMs);
+      // A wake during this poll is kept, not pushed back to the next regular poll.
+      this.schedule(this.wakePending ? WAKE_GAP_MS : this.options.pollMs);
     }
   }
 
