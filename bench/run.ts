@@ -3,7 +3,7 @@
  * run, server pinned to core 0 and load from core 1 (autocannon, 50 connections, a warm-up,
  * then N seconds a scenario). Prints one table: scenario, req/s, p50, p99, errors, peak RSS of
  * the server, and the ratio to the baseline measured in the same run. 127.0.0.1 only; bounded.
- * Usage: npm run bench [-- --seconds 10] [--markdown FILE]
+ * Usage: npm run bench [-- --seconds 10] [--markdown FILE] [--only 'text of a scenario name']
  */
 import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
@@ -31,6 +31,8 @@ const SECONDS = Number(option('seconds', '10'));
 const WARMUP = Math.max(1, Math.round(SECONDS / 5));
 const PASTES = Number(option('pastes', '100000'));
 const MARKDOWN = option('markdown', '');
+/** Runs only the scenarios whose name contains this text (the baselines always run). */
+const ONLY = option('only', '');
 
 pinSelf();
 const ALPHABET = '0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz';
@@ -178,6 +180,7 @@ try {
     ['GET /view/<id> (10 KB highlighted)', 'R', 0.3, { url: `${server.url}/view/${viewId}` }],
   ];
   for (const [scenario, base, goal, options] of scenarios) {
+    if (ONLY && !scenario.includes(ONLY)) continue;
     const result = await measure(options);
     rows.push({ scenario, result, baseline: base, goal });
     console.error(`${scenario}: ${result.rps.toFixed(0)} req/s`);

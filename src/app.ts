@@ -12,6 +12,7 @@ import { AppError } from './errors.js';
 import { registerCliRoutes } from './http/api/cli-routes.js';
 import { registerPasteRoutes } from './http/api/paste-routes.js';
 import { sendError } from './http/error-presenter.js';
+import { FastLane, serverWithFastLane } from './http/fast-lane.js';
 import { registerBodyParsers } from './http/request-bodies.js';
 import { SECURITY_HEADERS } from './http/security-headers.js';
 import { registerWebRoutes } from './http/web/web-routes.js';
@@ -56,7 +57,19 @@ function isApiRequest(request: FastifyRequest): boolean {
 
 export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   const { config, services } = deps;
+  const lane = new FastLane({
+    pastes: services.pastes,
+    keys: services.keys,
+    quota: services.quota,
+    presenter: services.presenter,
+    apiEnabled: config.apiEnabled,
+    trustProxy: config.trustProxy,
+    admits: () => true,
+    logger: deps.logger,
+  });
   const app = Fastify({
+    // Plain successful reads of /raw and /api/v1/paste/{id} skip the framework (fast-lane.ts).
+    serverFactory: serverWithFastLane(lane),
     loggerInstance: (deps.logger ?? pino({ enabled: false })) as FastifyBaseLogger,
     trustProxy: config.trustProxy,
     genReqId: () => randomUUID(),
@@ -91,6 +104,10 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     }
   });
 
+  app.addHook('preClose', (done) => {
+    lane.closing = true;
+    done();
+  });
   await registerBodyParsers(app);
   const presenter = services.presenter;
   const apiDeps = { pastes: services.pastes, keys: services.keys, quota: services.quota, presenter };

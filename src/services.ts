@@ -107,7 +107,11 @@ export async function createServices(storage: Storage, options: ServiceOptions =
     options.logger ?? silentLogger,
   );
   outbox.onCommitted(() => webhookWorker.wake());
-  const pastes = new PasteService(new PasteRepository(storage.db, storage.dialect === 'sqlite'), clock, outbox);
+  const pastes = new PasteService(
+    new PasteRepository(storage.db, storage.dialect === 'sqlite', storage.sqlite),
+    clock,
+    outbox,
+  );
   return {
     storage,
     clock,
@@ -130,9 +134,12 @@ export async function createServices(storage: Storage, options: ServiceOptions =
       return { database, redis: redisOk };
     },
     async close() {
-      await webhookWorker.stop();
-      await pastes.views.flush();
-      await counters.flush();
+      // The counts held in memory are written while the worker waits for its attempts in flight;
+      // that wait is bounded well inside the grace a supervisor gives after SIGTERM (Docker: 10 s),
+      // so a receiver that hangs never turns a clean stop into a SIGKILL. An attempt cut short
+      // has its claim given back and is sent again later, with the same webhook-id.
+      const graceMs = Math.min(config.webhookTimeoutMs + 1000, 3000);
+      await Promise.all([webhookWorker.stop(graceMs), pastes.views.flush().then(() => counters.flush())]);
       if (redis) redis.disconnect();
     },
   };

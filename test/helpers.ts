@@ -59,6 +59,8 @@ export interface TestServerOptions {
   databasePath?: string;
   /** Reuse this database (a restart, or a second instance); it is left in place by close(). */
   databaseUrl?: string;
+  /** The server's logger (none by default), to check what it writes. */
+  logger?: import('pino').Logger;
 }
 
 /** A TCP port free on 127.0.0.1 right now. */
@@ -190,7 +192,7 @@ export async function startServer(options: TestServerOptions = {}): Promise<Test
     ...options.env,
   });
   const services = await createServices(storage, { clock: clock.read, config });
-  const app = await buildApp({ config, services });
+  const app = await buildApp({ config, services, ...(options.logger ? { logger: options.logger } : {}) });
   await app.listen({ port, host: '127.0.0.1' });
   services.webhookWorker.start();
   return {

@@ -6,6 +6,7 @@
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import { describe, it } from 'node:test';
+import { pino } from 'pino';
 import { freshDatabase, request, startServer } from './helpers.js';
 import { fastpaste, startServerProcess } from './server-process.js';
 
@@ -101,21 +102,232 @@ describe('counts held in memory', () => {
     const db = await freshDatabase();
     const first = await startServer({ databaseUrl: db.url });
     const key = await first.createKey();
-    const made = await request(`${first.url}/api/v1/paste`, {
-      method: 'POST',
-      headers: { 'x-api-key': key },
-      json: { content: 'count my views' },
-    });
-    const id = made.body.data.paste_id as string;
-    for (let i = 0; i < 3; i++) assert.equal((await request(`${first.url}/raw/${id}`)).status, 200);
+    // Pastes read different numbers of times (they are written in groups of equal counts),
+    // through the fast lane and through the framework, some 600 of them once.
+    const ids: string[] = [];
+    for (let i = 0; i < 604; i++) {
+      const made = await request(`${first.url}/api/v1/paste`, {
+        method: 'POST',
+        headers: { 'x-api-key': key },
+        json: { content: `count my views ${i}` },
+      });
+      ids.push(made.body.data.paste_id as string);
+    }
+    const reads = [3, 2, 2, 5];
+    for (const [i, n] of reads.entries()) {
+      for (let r = 0; r < n; r++) {
+        const path = r % 2 === 0 ? `/raw/${ids[i]}` : `/api/v1/paste/${ids[i]}`;
+        assert.equal((await request(`${first.url}${path}`, { headers: { 'x-api-key': key } })).status, 200);
+      }
+    }
+    for (const id of ids.slice(4)) assert.equal((await request(`${first.url}/raw/${id}`)).status, 200);
     await first.close();
     const second = await startServer({ databaseUrl: db.url, clock: first.clock });
     try {
-      const rows = await second.sql<{ view_count: number }>(`SELECT view_count FROM pastes WHERE id = '${id}'`);
-      assert.equal(Number(rows[0]?.view_count), 3);
+      const rows = await second.sql<{ id: string; view_count: number }>('SELECT id, view_count FROM pastes');
+      const counts = new Map(rows.map((row) => [row.id, Number(row.view_count)]));
+      assert.deepEqual(
+        ids.slice(0, 4).map((id) => counts.get(id)),
+        reads,
+      );
+      assert.ok(ids.slice(4).every((id) => counts.get(id) === 1));
     } finally {
       await second.close();
       await db.drop();
+    }
+  });
+});
+
+describe('list paging from anchors', () => {
+  it('every page of a long list is exactly the right slice, before and after creates, deletes and expiry', async () => {
+    const server = await startServer();
+    try {
+      const key = await server.createKey();
+      const ownerId = (await server.services.keys.find(key))?.id as string;
+      const now = server.clock.read();
+      // 530 pastes, many sharing a creation time (the id breaks the tie), some expiring soon,
+      // some already expired, and another key's pastes in between.
+      const values: string[] = [];
+      const expected: Array<{ id: string; createdAt: number; expiresAt: number | null }> = [];
+      for (let i = 0; i < 560; i++) {
+        const id = `L${String(i).padStart(4, '0')}${String.fromCharCode(97 + ((i * 7) % 26))}`;
+        const createdAt = now - 10_000 + Math.floor(i / 3) * 10;
+        const expiresAt = i % 50 === 0 ? now - 1 : i % 9 === 0 ? now + 60_000 : null;
+        const owner = i % 17 === 0 ? 'k_nobody' : ownerId;
+        values.push(
+          `('${id}', '${owner}', 'x', 'text', 1, '${'a'.repeat(64)}', ${createdAt}, ${expiresAt ?? 'NULL'}, 0, 0, 0, 1, 0, 'api')`,
+        );
+        if (owner === ownerId) expected.push({ id, createdAt, expiresAt });
+      }
+      await server.sql(
+        `INSERT INTO api_keys (id, name, digest, active, hourly_limit, daily_limit, monthly_limit, created_at) VALUES ('k_nobody', 'n', 'd', 1, 0, 0, 0, 0)`,
+      );
+      await server.sql(
+        `INSERT INTO pastes (id, owner_key_id, content, content_type, file_size, sha256, created_at, expires_at, view_count, burn_after_read, encrypted, downloadable, is_public, source) VALUES ${values.join(', ')}`,
+      );
+      const live = () =>
+        expected
+          .filter((p) => p.expiresAt === null || p.expiresAt > server.clock.read())
+          .sort((a, b) => b.createdAt - a.createdAt || (a.id < b.id ? 1 : a.id > b.id ? -1 : 0))
+          .map((p) => p.id);
+      const checkAllPages = async (limit: number) => {
+        const want = live();
+        const got: string[] = [];
+        for (let page = 1; ; page++) {
+          const res = await request(`${server.url}/api/v1/pastes?page=${page}&limit=${limit}`, {
+            headers: { 'x-api-key': key },
+          });
+          assert.equal(res.status, 200);
+          const body = res.body as { data: Array<{ paste_id: string }>; pagination: { total: number } };
+          assert.equal(body.pagination.total, want.length);
+          if (body.data.length === 0) break;
+          got.push(...body.data.map((item) => item.paste_id));
+        }
+        assert.deepEqual(got, want);
+      };
+      await checkAllPages(7);
+      await checkAllPages(100);
+      await checkAllPages(33);
+
+      // A delete and a create through the API move every later entry: the anchors follow.
+      const doomed = live()[150] as string;
+      const deleted = await request(`${server.url}/api/v1/paste/${doomed}`, {
+        method: 'DELETE',
+        headers: { 'x-api-key': key },
+      });
+      assert.equal(deleted.status, 200);
+      expected.splice(
+        expected.findIndex((p) => p.id === doomed),
+        1,
+      );
+      const res = await request(`${server.url}/api/v1/paste`, {
+        method: 'POST',
+        headers: { 'x-api-key': key },
+        json: { content: 'newest' },
+      });
+      assert.equal(res.status, 201);
+      expected.push({
+        id: (res.body as { data: { paste_id: string } }).data.paste_id,
+        createdAt: now,
+        expiresAt: null,
+      });
+      await checkAllPages(7);
+
+      // Pastes expiring move the anchors too.
+      server.clock.advance(61_000);
+      await checkAllPages(9);
+    } finally {
+      await server.close();
+    }
+  });
+});
+
+describe('the fast lane', () => {
+  /** A pino logger writing into `lines`. */
+  const capture = (lines: string[]) => pino({ level: 'info' }, { write: (line: string) => void lines.push(line) });
+
+  it('answers plain reads exactly as the framework does, and leaves every other case to it', async () => {
+    const lines: string[] = [];
+    const server = await startServer({ logger: capture(lines) });
+    try {
+      const key = await server.createKey({ hourly: 1000 });
+      const create = async (json: Record<string, unknown>) => {
+        const res = await request(`${server.url}/api/v1/paste`, {
+          method: 'POST',
+          headers: { 'x-api-key': key },
+          json,
+        });
+        assert.equal(res.status, 201, res.text);
+        return (res.body as { data: { paste_id: string } }).data.paste_id;
+      };
+      const plain = await create({ content: 'plain ✓ text\n', title: 'T', language: 'text' });
+      const protectedId = await create({ content: 'secret', password: 'pw-123456' });
+      const burnId = await create({ content: 'once', burn: true });
+      const fastLines = () => lines.filter((line) => line.includes('"lane":"fast"')).length;
+      const comparable = (headers: Headers) => {
+        const out: Record<string, string> = {};
+        for (const [name, value] of headers)
+          if (!['date', 'keep-alive', 'connection'].includes(name)) out[name] = value;
+        return out;
+      };
+
+      // /raw: the lane's answer (no query) and the framework's (a query string sends it there).
+      const laneRaw = await fetch(`${server.url}/raw/${plain}`);
+      assert.equal(fastLines(), 1);
+      const frameworkRaw = await fetch(`${server.url}/raw/${plain}?via=framework`);
+      assert.equal(fastLines(), 1);
+      assert.equal(laneRaw.status, 200);
+      assert.deepEqual(comparable(laneRaw.headers), comparable(frameworkRaw.headers));
+      assert.equal(await laneRaw.text(), await frameworkRaw.text());
+
+      // By id with a key (looked up within the second by the creates above): the lane.
+      const first = await request(`${server.url}/api/v1/paste/${plain}`, { headers: { 'x-api-key': key } });
+      assert.equal(fastLines(), 2);
+      const laneApi = await request(`${server.url}/api/v1/paste/${plain}`, { headers: { 'x-api-key': key } });
+      assert.equal(fastLines(), 3);
+      const frameworkApi = await request(`${server.url}/api/v1/paste/${plain}?via=framework`, {
+        headers: { 'x-api-key': key },
+      });
+      assert.equal(fastLines(), 3);
+      // Views and quota count the same on both paths: 2 raw reads before, then one each.
+      assert.equal(first.body.data.view_count, 3);
+      assert.equal(laneApi.body.data.view_count, 4);
+      assert.equal(frameworkApi.body.data.view_count, 5);
+      assert.equal(
+        Number(laneApi.headers.get('ratelimit-remaining')),
+        Number(first.headers.get('ratelimit-remaining')) - 1,
+      );
+      assert.equal(
+        Number(frameworkApi.headers.get('ratelimit-remaining')),
+        Number(laneApi.headers.get('ratelimit-remaining')) - 1,
+      );
+      const { view_count: _a, ...laneData } = laneApi.body.data;
+      const { view_count: _b, ...frameworkData } = frameworkApi.body.data;
+      assert.deepEqual(laneData, frameworkData);
+      const withoutQuota = (headers: Headers) =>
+        Object.fromEntries(Object.entries(comparable(headers)).filter(([name]) => !name.startsWith('ratelimit')));
+      assert.deepEqual(withoutQuota(laneApi.headers), withoutQuota(frameworkApi.headers));
+
+      // Everything else is the framework's: password, view-once, missing, HEAD, a bad key.
+      const before = fastLines();
+      assert.equal((await fetch(`${server.url}/raw/${protectedId}`)).status, 403);
+      assert.equal((await fetch(`${server.url}/raw/${burnId}`)).status, 200);
+      assert.equal((await fetch(`${server.url}/raw/${burnId}`)).status, 404);
+      assert.equal((await fetch(`${server.url}/raw/nope-not-here`)).status, 404);
+      assert.equal((await fetch(`${server.url}/raw/${plain}`, { method: 'HEAD' })).status, 200);
+      const badKey = await fetch(`${server.url}/api/v1/paste/${plain}`, { headers: { 'x-api-key': 'fp_nope' } });
+      assert.equal(badKey.status, 403);
+      const protectedApi = await fetch(`${server.url}/api/v1/paste/${protectedId}`, { headers: { 'x-api-key': key } });
+      assert.equal(protectedApi.status, 403);
+      assert.equal(fastLines(), before);
+    } finally {
+      await server.close();
+    }
+  });
+
+  it('counts a key quota exactly when many reads race through the lane', async () => {
+    const server = await startServer();
+    try {
+      const key = await server.createKey({ hourly: 60 });
+      const res = await request(`${server.url}/api/v1/paste`, {
+        method: 'POST',
+        headers: { 'x-api-key': key },
+        json: { content: 'quota' },
+      });
+      const id = (res.body as { data: { paste_id: string } }).data.paste_id;
+      // The create used 1 of 60; 100 concurrent reads: exactly 59 pass.
+      const statuses = await Promise.all(
+        Array.from({ length: 100 }, () =>
+          fetch(`${server.url}/api/v1/paste/${id}`, { headers: { 'x-api-key': key } }).then(async (r) => {
+            await r.arrayBuffer();
+            return r.status;
+          }),
+        ),
+      );
+      assert.equal(statuses.filter((s) => s === 200).length, 59);
+      assert.equal(statuses.filter((s) => s === 429).length, 41);
+    } finally {
+      await server.close();
     }
   });
 });

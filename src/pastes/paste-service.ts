@@ -12,7 +12,7 @@ import type { PasteChanges, PasteRepository, PasteSummary } from '../storage/pas
 import type { WebhookOutbox } from '../webhooks/webhook-outbox.js';
 import { expiresAt } from './expiry.js';
 import { detectLanguage } from './language.js';
-import { OwnerCounts } from './owner-counts.js';
+import { OwnerListing } from './owner-listing.js';
 import { hashPassword, verifyPassword } from './passwords.js';
 import { isDownloadable, type Paste } from './paste.js';
 import { generatePasteId, suffixedSlug } from './paste-ids.js';
@@ -66,11 +66,11 @@ export class PasteService {
     private readonly outbox: WebhookOutbox | null = null,
   ) {
     this.views = new ViewCounter(pastes);
-    this.counts = new OwnerCounts(pastes);
+    this.listing = new OwnerListing(pastes);
   }
 
-  /** Owners' live paste counts for the list's pagination (owner-counts.ts). */
-  private readonly counts: OwnerCounts;
+  /** Owners' live paste counts and list anchors for the list's pagination (owner-listing.ts). */
+  private readonly listing: OwnerListing;
 
   /** Views are counted in memory and written every second (view-counter.ts). */
   readonly views: ViewCounter;
@@ -131,7 +131,7 @@ export class PasteService {
       if (stored) created = { paste: stored, slugTaken: input.slug !== undefined };
     }
     if (created === null) throw new Error(`no free paste id after ${ID_ATTEMPTS} attempts`);
-    if (paste.ownerKeyId) this.counts.forget(paste.ownerKeyId);
+    if (paste.ownerKeyId) this.listing.forget(paste.ownerKeyId);
     if (announce) outbox?.committed();
     return created;
   }
@@ -158,12 +158,29 @@ export class PasteService {
     if (paste.burnAfterRead) {
       const consumed = await this.pastes.consumeBurn(id, this.clock());
       if (!consumed) throw notFound();
-      if (consumed.ownerKeyId) this.counts.forget(consumed.ownerKeyId);
+      if (consumed.ownerKeyId) this.listing.forget(consumed.ownerKeyId);
       return { paste: { ...consumed, viewCount: consumed.viewCount + 1 }, burned: true };
     }
     this.views.add(id);
     // peek() already counted the views not yet written; this one is added here.
     return { paste: { ...paste, viewCount: paste.viewCount + 1 }, burned: false };
+  }
+
+  /**
+   * For the fast lane (http/fast-lane.ts): the live paste when reading it needs nothing but a
+   * view counted (no password, not view-once); null when read() must decide. No side effects.
+   */
+  async plainPaste(id: string): Promise<Paste | null> {
+    const paste = await this.pastes.findLive(id, this.clock());
+    if (!paste || paste.passwordHash !== null || paste.burnAfterRead) return null;
+    return paste;
+  }
+
+  /** The read of a paste plainPaste() returned: the view counted, as read() counts it. */
+  countRead(paste: Paste): Read {
+    const earlier = this.views.unwritten(paste.id);
+    this.views.add(paste.id);
+    return { paste: { ...paste, viewCount: paste.viewCount + earlier + 1 }, burned: false };
   }
 
   private async checkPassword(paste: Paste, mode: ReadMode, options: ReadOptions): Promise<void> {
@@ -224,7 +241,7 @@ export class PasteService {
     // with the paste as it is.
     if (Object.keys(changes).length === 0) return current;
     const updated = await this.pastes.updateOwned(id, ownerKeyId, now, changes);
-    this.counts.forget(ownerKeyId);
+    this.listing.forget(ownerKeyId);
     if (!updated) throw notFound();
     return updated;
   }
@@ -236,15 +253,15 @@ export class PasteService {
       throw new AppError('forbidden', 'This paste was not created with your API key.');
     }
     if (!(await this.pastes.deleteOwned(id, ownerKeyId, this.clock()))) throw notFound();
-    this.counts.forget(ownerKeyId);
+    this.listing.forget(ownerKeyId);
   }
 
   /** The caller's live pastes, newest first (D15). */
   async list(ownerKeyId: string, page: number, limit: number): Promise<{ items: PasteSummary[]; total: number }> {
     const now = this.clock();
     const [items, total] = await Promise.all([
-      this.pastes.pageOwned(ownerKeyId, now, limit, (page - 1) * limit),
-      this.counts.total(ownerKeyId, now),
+      this.listing.page(ownerKeyId, now, limit, (page - 1) * limit),
+      this.listing.total(ownerKeyId, now),
     ]);
     for (const item of items) item.viewCount += this.views.unwritten(item.id);
     return { items, total };

@@ -2,7 +2,8 @@
  * SQL for pastes, the same on SQLite and PostgreSQL. Every statement that must be atomic is one
  * statement (a burn is one DELETE ... RETURNING). The rules (who may, when) live in the domain.
  */
-import type { Kysely, Selectable } from 'kysely';
+import type BetterSqlite3 from 'better-sqlite3';
+import { type Kysely, type Selectable, sql } from 'kysely';
 import type { Paste } from '../pastes/paste.js';
 import { preparedQuery } from './prepared-query.js';
 import type { Database, PasteTable } from './schema.js';
@@ -79,6 +80,12 @@ export type PasteChanges = Partial<
   >
 >;
 
+/** A place in an owner's list, newest first: the entry with this creation time and id. */
+export interface ListPosition {
+  createdAt: number;
+  id: string;
+}
+
 /** The columns a list shows: everything but the content, which may be megabytes. */
 export type PasteSummary = Omit<Paste, 'content' | 'passwordHash'>;
 
@@ -130,17 +137,25 @@ export class PasteRepository {
   private readonly findLiveQuery;
   private pending: PendingInsert[] = [];
 
-  /** groupCommit: commit concurrent inserts together (SQLite, one writer). */
+  /**
+   * groupCommit: commit concurrent inserts together (SQLite, one writer); sqlite: the handle the
+   * hot reads run on directly (prepared-query.ts).
+   */
   constructor(
     private readonly db: Kysely<Database>,
     private readonly groupCommit = false,
+    sqlite: BetterSqlite3.Database | null = null,
   ) {
-    this.findLiveQuery = preparedQuery(db, ['string', 'number'], (id: string, now: number) =>
-      db
-        .selectFrom('pastes')
-        .selectAll()
-        .where('id', '=', id)
-        .where((eb) => eb.or([eb('expires_at', 'is', null), eb('expires_at', '>', now)])),
+    this.findLiveQuery = preparedQuery(
+      db,
+      ['string', 'number'],
+      (id: string, now: number) =>
+        db
+          .selectFrom('pastes')
+          .selectAll()
+          .where('id', '=', id)
+          .where((eb) => eb.or([eb('expires_at', 'is', null), eb('expires_at', '>', now)])),
+      sqlite,
     );
   }
 
@@ -221,13 +236,23 @@ export class PasteRepository {
 
   /** Adds counted views, many pastes in one transaction. */
   async addViews(counts: Map<string, number>): Promise<void> {
+    // Pastes seen the same number of times are updated together, up to 500 in a statement: a
+    // second of reads spread over thousands of pastes is a few statements, not thousands.
+    const byCount = new Map<number, string[]>();
+    for (const [id, n] of counts) {
+      const ids = byCount.get(n);
+      if (ids) ids.push(id);
+      else byCount.set(n, [id]);
+    }
     await this.db.transaction().execute(async (trx) => {
-      for (const [id, n] of counts) {
-        await trx
-          .updateTable('pastes')
-          .set((eb) => ({ view_count: eb('view_count', '+', n) }))
-          .where('id', '=', id)
-          .execute();
+      for (const [n, ids] of byCount) {
+        for (let i = 0; i < ids.length; i += 500) {
+          await trx
+            .updateTable('pastes')
+            .set((eb) => ({ view_count: eb('view_count', '+', n) }))
+            .where('id', 'in', ids.slice(i, i + 500))
+            .execute();
+        }
       }
     });
   }
@@ -261,25 +286,56 @@ export class PasteRepository {
    * One page of an owner's live pastes, newest first. The page's ids are found in the covering
    * index (the skipped rows are never read), then only those rows are fetched.
    */
-  async pageOwned(ownerKeyId: string, now: number, limit: number, offset: number): Promise<PasteSummary[]> {
+  /**
+   * One page of an owner's live pastes, newest first: `offset` entries skipped after `after`
+   * (a position in that order, from ownerAnchors) or from the start.
+   */
+  async pageOwned(
+    ownerKeyId: string,
+    now: number,
+    limit: number,
+    offset: number,
+    after: ListPosition | null = null,
+  ): Promise<PasteSummary[]> {
     const rows = await this.db
       .selectFrom('pastes')
       .select(SUMMARY_COLUMNS)
-      .where('id', 'in', (eb) =>
-        eb
+      .where('id', 'in', (eb) => {
+        let ids = eb
           .selectFrom('pastes')
           .select('id')
           .where('owner_key_id', '=', ownerKeyId)
-          .where((w) => w.or([w('expires_at', 'is', null), w('expires_at', '>', now)]))
-          .orderBy('created_at', 'desc')
-          .orderBy('id', 'desc')
-          .limit(limit)
-          .offset(offset),
-      )
+          .where((w) => w.or([w('expires_at', 'is', null), w('expires_at', '>', now)]));
+        if (after) ids = ids.where((w) => w(w.refTuple('created_at', 'id'), '<', w.tuple(after.createdAt, after.id)));
+        return ids.orderBy('created_at', 'desc').orderBy('id', 'desc').limit(limit).offset(offset);
+      })
       .orderBy('created_at', 'desc')
       .orderBy('id', 'desc')
       .execute();
     return rows.map(toSummary);
+  }
+
+  /**
+   * Every `spacing`-th of an owner's live pastes, newest first (the entries at 1-based positions
+   * spacing, 2 x spacing, ...): one pass over the owner's index entries, so that a page far down
+   * the list starts from the nearest of them instead of skipping every entry before it.
+   */
+  async ownerAnchors(ownerKeyId: string, now: number, spacing: number): Promise<ListPosition[]> {
+    const rows = await this.db
+      .selectFrom((eb) =>
+        eb
+          .selectFrom('pastes')
+          .select(['created_at', 'id'])
+          .select(sql<number>`ROW_NUMBER() OVER (ORDER BY created_at DESC, id DESC)`.as('list_rank'))
+          .where('owner_key_id', '=', ownerKeyId)
+          .where((w) => w.or([w('expires_at', 'is', null), w('expires_at', '>', now)]))
+          .as('ranked'),
+      )
+      .select(['created_at', 'id'])
+      .where(sql<boolean>`list_rank % ${spacing} = 0`)
+      .orderBy('list_rank')
+      .execute();
+    return rows.map((row) => ({ createdAt: Number(row.created_at), id: row.id }));
   }
 
   /** How many live pastes an owner has, and when the next of them expires (null: none does). */

@@ -1,0 +1,140 @@
+/**
+ * The fast lane: the two reads that scripts repeat most, `GET /raw/<id>` and
+ * `GET /api/v1/paste/<id>`, answered straight from node:http when they are plain successes,
+ * without the framework's routing, hooks and reply machinery (on a 1 KB read those cost about as
+ * much as the read itself). The lane decides no rule of its own: the paste rules are
+ * PasteService.plainPaste/countRead's, the key and quota rules KeyService's and QuotaService's,
+ * the headers the ones every answer carries. Everything else (a query string, HEAD, a password,
+ * a view-once paste, a paste that is not there, a key not looked up in the last second, any
+ * refusal, a server shutting down) goes to Fastify, which answers it as it always does. A request
+ * the lane hands over has had nothing consumed: it counts quota only when it is about to answer.
+ */
+import http, { type IncomingMessage, type ServerResponse } from 'node:http';
+import type { FastifyServerFactory, FastifyServerFactoryHandler, FastifyServerOptions } from 'fastify';
+import type { Logger } from 'pino';
+import type { KeyService } from '../keys/key-service.js';
+import type { QuotaService } from '../keys/quota-service.js';
+import type { PastePresenter } from '../pastes/paste-presenter.js';
+import type { PasteService } from '../pastes/paste-service.js';
+import { SECURITY_HEADERS } from './security-headers.js';
+
+export interface FastLaneDeps {
+  pastes: PasteService;
+  keys: KeyService;
+  quota: QuotaService;
+  presenter: PastePresenter;
+  apiEnabled: boolean;
+  trustProxy: boolean;
+  /** False when the client address may not be served now (the 404 throttle refuses it). */
+  admits(address: string): boolean;
+  logger?: Logger | undefined;
+}
+
+type Lane = 'raw' | 'api';
+
+const PLAIN_ID = /^[A-Za-z0-9_-]{3,69}$/;
+const RAW_PREFIX = '/raw/';
+const API_PREFIX = '/api/v1/paste/';
+
+const TEXT_HEADERS = {
+  ...SECURITY_HEADERS,
+  'content-type': 'text/plain; charset=utf-8',
+  'cache-control': 'no-store',
+};
+const JSON_HEADERS = { ...SECURITY_HEADERS, 'content-type': 'application/json; charset=utf-8' };
+
+export class FastLane {
+  /** Set when the server starts closing: from then on Fastify answers (503) every request. */
+  closing = false;
+
+  constructor(private readonly deps: FastLaneDeps) {}
+
+  /** Which lane a request may take, from its method, path and headers alone; null: Fastify's. */
+  lane(req: IncomingMessage): Lane | null {
+    if (this.closing || req.method !== 'GET') return null;
+    const url = req.url ?? '';
+    const headers = req.headers;
+    if (headers['content-encoding'] !== undefined || headers['x-paste-password'] !== undefined) return null;
+    if (this.deps.trustProxy && headers['x-forwarded-for'] !== undefined) return null;
+    if (url.startsWith(RAW_PREFIX)) return PLAIN_ID.test(url.slice(RAW_PREFIX.length)) ? 'raw' : null;
+    if (this.deps.apiEnabled && url.startsWith(API_PREFIX) && typeof headers['x-api-key'] === 'string') {
+      return PLAIN_ID.test(url.slice(API_PREFIX.length)) ? 'api' : null;
+    }
+    return null;
+  }
+
+  /** Answers the request and resolves true, or resolves false having done nothing. */
+  async serve(lane: Lane, req: IncomingMessage, res: ServerResponse): Promise<boolean> {
+    const started = process.hrtime.bigint();
+    if (!this.deps.admits(req.socket.remoteAddress ?? '')) return false;
+    const url = req.url as string;
+    if (lane === 'raw') {
+      const paste = await this.deps.pastes.plainPaste(url.slice(RAW_PREFIX.length));
+      if (!paste) return false;
+      this.deps.pastes.countRead(paste);
+      this.send(req, res, TEXT_HEADERS, paste.content, started);
+      return true;
+    }
+    const key = this.deps.keys.cachedActiveKey(req.headers['x-api-key'] as string);
+    if (!key) return false;
+    const paste = await this.deps.pastes.plainPaste(url.slice(API_PREFIX.length));
+    if (!paste) return false;
+    let quotaHeaders: Record<string, string>;
+    try {
+      quotaHeaders = await this.deps.quota.consume(`key:${key.id}`, key.limits);
+    } catch {
+      return false; // a 429 (its count given back) or a store down: Fastify answers it
+    }
+    const read = this.deps.pastes.countRead(paste);
+    const body = JSON.stringify({ error: false, data: this.deps.presenter.detail(read.paste, read.burned) });
+    this.send(req, res, { ...JSON_HEADERS, ...quotaHeaders }, body, started);
+    return true;
+  }
+
+  private send(
+    req: IncomingMessage,
+    res: ServerResponse,
+    headers: Record<string, string>,
+    body: string,
+    started: bigint,
+  ): void {
+    res.writeHead(200, { ...headers, 'content-length': Buffer.byteLength(body) });
+    res.end(body);
+    const logger = this.deps.logger;
+    if (logger?.isLevelEnabled('info')) {
+      const responseTime = Number(process.hrtime.bigint() - started) / 1e6;
+      logger.info(
+        { req: { method: req.method, url: req.url }, res: { statusCode: 200 }, responseTime, lane: 'fast' },
+        'request completed',
+      );
+    }
+  }
+}
+
+/**
+ * Fastify's server factory with the lane in front: the HTTP server Fastify would make (the same
+ * time-outs), whose requests try the lane first.
+ */
+export function serverWithFastLane(lane: FastLane): FastifyServerFactory {
+  return (handler: FastifyServerFactoryHandler, options: FastifyServerOptions) => {
+    const server = http.createServer((options as { http?: http.ServerOptions }).http ?? {}, (req, res) => {
+      const which = lane.lane(req);
+      if (which === null) {
+        handler(req, res);
+        return;
+      }
+      lane.serve(which, req, res).then(
+        (served) => {
+          if (!served) handler(req, res);
+        },
+        () => {
+          if (!res.headersSent) handler(req, res);
+        },
+      );
+    });
+    if (options.keepAliveTimeout !== undefined) server.keepAliveTimeout = options.keepAliveTimeout;
+    if (options.requestTimeout !== undefined) server.requestTimeout = options.requestTimeout;
+    server.setTimeout(options.connectionTimeout ?? 0);
+    return server;
+  };
+}

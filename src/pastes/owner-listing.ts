@@ -1,0 +1,74 @@
+/**
+ * What the list endpoint needs to know of an owner beyond one page, kept so that it is not
+ * recomputed on every request: how many live pastes the owner has (`pagination.total`), and every
+ * ANCHOR_SPACING-th position of the list, so that a page far down the list (page 1000 of 100,000
+ * pastes) starts from the nearest anchor instead of skipping 20,000 entries. Both are computed in
+ * one pass over the owner's index entries and kept for at most a second, never past the moment
+ * the owner's next paste expires; this process's own creates, deletes, updates and burns drop
+ * them at once. Another instance's changes show within a second (as with any offset paging,
+ * a page read while pastes are being added may then be off by the ones added).
+ * Concurrent requests share one computation.
+ */
+import type { ListPosition, PasteRepository, PasteSummary } from '../storage/paste-repository.js';
+
+const KEEP_MS = 1000;
+const MAX_OWNERS = 10_000;
+/** Positions between anchors: a page skips at most this many entries. */
+export const ANCHOR_SPACING = 100;
+
+interface Entry {
+  /** The time the entry was computed for. */
+  at: number;
+  until: number;
+  total: Promise<number>;
+  anchors: Promise<ListPosition[]> | null;
+}
+
+export class OwnerListing {
+  private readonly cache = new Map<string, Entry>();
+
+  constructor(private readonly pastes: PasteRepository) {}
+
+  async total(ownerKeyId: string, now: number): Promise<number> {
+    return this.entry(ownerKeyId, now).total;
+  }
+
+  /** Live pastes `offset` to `offset + limit` of the owner, newest first. */
+  async page(ownerKeyId: string, now: number, limit: number, offset: number): Promise<PasteSummary[]> {
+    if (offset < ANCHOR_SPACING) return this.pastes.pageOwned(ownerKeyId, now, limit, offset);
+    const entry = this.entry(ownerKeyId, now);
+    if (entry.anchors === null) {
+      entry.anchors = this.pastes.ownerAnchors(ownerKeyId, entry.at, ANCHOR_SPACING);
+      entry.anchors.catch(() => this.drop(ownerKeyId, entry));
+    }
+    const anchors = await entry.anchors;
+    const skipped = Math.min(Math.floor(offset / ANCHOR_SPACING), anchors.length);
+    // anchors[k - 1] is the entry at 1-based position k x ANCHOR_SPACING: the ones after it
+    // start at offset k x ANCHOR_SPACING.
+    const after = skipped > 0 ? (anchors[skipped - 1] as ListPosition) : null;
+    return this.pastes.pageOwned(ownerKeyId, now, limit, offset - skipped * ANCHOR_SPACING, after);
+  }
+
+  forget(ownerKeyId: string): void {
+    this.cache.delete(ownerKeyId);
+  }
+
+  private entry(ownerKeyId: string, now: number): Entry {
+    const cached = this.cache.get(ownerKeyId);
+    if (cached && now >= cached.at && now < cached.until) return cached;
+    if (this.cache.size >= MAX_OWNERS) this.cache.clear();
+    const entry: Entry = { at: now, until: now + KEEP_MS, total: Promise.resolve(0), anchors: null };
+    entry.total = this.pastes.countOwned(ownerKeyId, now).then(({ total, nextExpiry }) => {
+      if (nextExpiry !== null) entry.until = Math.min(entry.until, nextExpiry);
+      return total;
+    });
+    entry.total.catch(() => this.drop(ownerKeyId, entry));
+    this.cache.set(ownerKeyId, entry);
+    return entry;
+  }
+
+  /** A failed computation is not kept: the next request tries again. */
+  private drop(ownerKeyId: string, entry: Entry): void {
+    if (this.cache.get(ownerKeyId) === entry) this.cache.delete(ownerKeyId);
+  }
+}
