@@ -3,7 +3,9 @@
  * run, server pinned to core 0 and load from core 1 (autocannon, 50 connections, a warm-up,
  * then N seconds a scenario). Prints one table: scenario, req/s, p50, p99, errors, peak RSS of
  * the server, and the ratio to the baseline measured in the same run. 127.0.0.1 only; bounded.
- * Usage: npm run bench [-- --seconds 10] [--markdown FILE] [--only 'text of a scenario name']
+ * Usage: npm run bench [-- --seconds 10] [--db sqlite|postgres] [--markdown FILE] [--only 'text of a scenario name']
+ * --db postgres uses BENCH_DATABASE_URL (or TEST_DATABASE_URL, or postgres://postgres@127.0.0.1:5432/test),
+ * a fresh schema for each side, dropped at the end.
  */
 import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
@@ -11,6 +13,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
+import pg from 'pg';
 import {
   createKey,
   fastpasteCommand,
@@ -48,26 +51,141 @@ const PYTHON = Array.from(
   .join('')
   .slice(0, 10 * 1024);
 
-// ---- baseline -------------------------------------------------------------------------
-const baseDir = mkdtempSync(join(tmpdir(), 'fastpaste-baseline-'));
-const baseFile = join(baseDir, 'baseline.db');
-const baseIds: string[] = [];
-{
-  const db = new Database(baseFile);
-  db.pragma('journal_mode = WAL');
-  db.exec('CREATE TABLE rows (id TEXT PRIMARY KEY, body TEXT NOT NULL)');
-  const insert = db.prepare('INSERT INTO rows (id, body) VALUES (?, ?)');
-  db.transaction(() => {
-    for (let i = 0; i < PASTES; i++) {
-      const id = newId();
-      baseIds.push(id);
-      insert.run(id, KB);
-    }
-  })();
-  db.close();
+const DB = option('db', 'sqlite');
+if (DB !== 'sqlite' && DB !== 'postgres') throw new Error('--db sqlite|postgres');
+/** The PostgreSQL database the postgres run uses (a fresh schema in it for each side). */
+const PG_URL =
+  process.env.BENCH_DATABASE_URL ?? process.env.TEST_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
+
+interface SeedRow {
+  id: string;
+  owner: string | null;
+  title: string | null;
+  content: string;
+  language: string;
+  createdAt: number;
 }
+
+/** Where the two sides keep their data: a SQLite file each, or a PostgreSQL schema each. */
+interface Backend {
+  /** Seeds the baseline's table with `ids` (1 KB rows) and returns its command line. */
+  baseline(ids: string[], port: number): Promise<string[]>;
+  /** The DATABASE_URL for fastpaste. */
+  fastpasteUrl(): Promise<string>;
+  /** Inserts pastes straight into fastpaste's (migrated) database. */
+  seed(databaseUrl: string, rows: SeedRow[]): Promise<void>;
+  cleanup(): Promise<void>;
+}
+
+const PASTE_COLUMNS = `id, owner_key_id, title, content, content_type, language, file_size, sha256, created_at, expires_at,
+  view_count, burn_after_read, encrypted, downloadable, is_public, source`;
+
+function sqliteBackend(): Backend {
+  const dir = mkdtempSync(join(tmpdir(), 'fastpaste-baseline-'));
+  return {
+    async baseline(ids, port) {
+      const file = join(dir, 'baseline.db');
+      const db = new Database(file);
+      db.pragma('journal_mode = WAL');
+      db.exec('CREATE TABLE rows (id TEXT PRIMARY KEY, body TEXT NOT NULL)');
+      const insert = db.prepare('INSERT INTO rows (id, body) VALUES (?, ?)');
+      db.transaction(() => {
+        for (const id of ids) insert.run(id, KB);
+      })();
+      db.close();
+      return ['--import', 'tsx', 'bench/baselines/sqlite-baseline.ts', String(port), file];
+    },
+    async fastpasteUrl() {
+      return `sqlite:${join(dir, 'fastpaste.db')}`;
+    },
+    async seed(databaseUrl, rows) {
+      const db = new Database(databaseUrl.slice('sqlite:'.length));
+      const insert = db.prepare(
+        `INSERT INTO pastes (${PASTE_COLUMNS}) VALUES (?, ?, ?, ?, 'text', ?, ?, ?, ?, NULL, 0, 0, 0, 1, 0, 'api')`,
+      );
+      db.transaction(() => {
+        for (const r of rows) {
+          insert.run(r.id, r.owner, r.title, r.content, r.language, Buffer.byteLength(r.content), SHA, r.createdAt);
+        }
+      })();
+      db.close();
+    },
+    async cleanup() {
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+function postgresBackend(): Backend {
+  const suffix = randomBytes(4).toString('hex');
+  const schemas = { base: `fp_bench_base_${suffix}`, app: `fp_bench_app_${suffix}` };
+  const urlFor = (schema: string) => {
+    const url = new URL(PG_URL);
+    url.searchParams.set('options', `-c search_path=${schema}`);
+    return url.toString();
+  };
+  const withClient = async <T>(url: string, work: (client: pg.Client) => Promise<T>): Promise<T> => {
+    const client = new pg.Client({ connectionString: url });
+    await client.connect();
+    try {
+      return await work(client);
+    } finally {
+      await client.end();
+    }
+  };
+  return {
+    async baseline(ids, port) {
+      await withClient(PG_URL, (c) => c.query(`CREATE SCHEMA ${schemas.base}`));
+      const url = urlFor(schemas.base);
+      await withClient(url, async (c) => {
+        await c.query('CREATE TABLE rows (id TEXT PRIMARY KEY, body TEXT NOT NULL)');
+        for (let i = 0; i < ids.length; i += 5000) {
+          await c.query('INSERT INTO rows (id, body) SELECT unnest($1::text[]), $2', [ids.slice(i, i + 5000), KB]);
+        }
+        await c.query('ANALYZE rows');
+      });
+      return ['--import', 'tsx', 'bench/baselines/postgres-baseline.ts', String(port), url];
+    },
+    async fastpasteUrl() {
+      await withClient(PG_URL, (c) => c.query(`CREATE SCHEMA ${schemas.app}`));
+      return urlFor(schemas.app);
+    },
+    async seed(databaseUrl, rows) {
+      await withClient(databaseUrl, async (c) => {
+        for (let i = 0; i < rows.length; i += 5000) {
+          const chunk = rows.slice(i, i + 5000);
+          await c.query(
+            `INSERT INTO pastes (${PASTE_COLUMNS})
+             SELECT id, owner, title, content, 'text', language, octet_length(content), $6, created, NULL, 0, 0, 0, 1, 0, 'api'
+             FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $7::bigint[])
+               AS t(id, owner, title, content, language, created)`,
+            [
+              chunk.map((r) => r.id),
+              chunk.map((r) => r.owner),
+              chunk.map((r) => r.title),
+              chunk.map((r) => r.content),
+              chunk.map((r) => r.language),
+              SHA,
+              chunk.map((r) => r.createdAt),
+            ],
+          );
+        }
+        await c.query('ANALYZE pastes');
+      });
+    },
+    async cleanup() {
+      await withClient(PG_URL, (c) => c.query(`DROP SCHEMA IF EXISTS ${schemas.base}, ${schemas.app} CASCADE`));
+    },
+  };
+}
+
+const SHA = 'a'.repeat(64);
+const backend = DB === 'postgres' ? postgresBackend() : sqliteBackend();
+
+// ---- baseline -------------------------------------------------------------------------
+const baseIds = Array.from({ length: PASTES }, newId);
 const basePort = await freePort();
-const baseArgs = ['--import', 'tsx', 'bench/baselines/sqlite-baseline.ts', String(basePort), baseFile];
+const baseArgs = await backend.baseline(baseIds, basePort);
 const baseline = hasTaskset()
   ? spawn('taskset', ['-c', '0', process.execPath, ...baseArgs], { stdio: 'inherit' })
   : spawn(process.execPath, baseArgs, { stdio: 'inherit' });
@@ -82,41 +200,31 @@ for (let i = 0; i < 100; i++) {
 }
 
 // ---- fastpaste on a seeded database -----------------------------------------------------
-const server = await startBenchServer({ ANON_HOURLY_LIMIT: '0' });
+const server = await startBenchServer({ ANON_HOURLY_LIMIT: '0', DATABASE_URL: await backend.fastpasteUrl() });
 const big = 1_000_000_000;
 const readerKey = createKey(server.databaseUrl, { hourly: big, daily: big, monthly: big });
 const listKey = createKey(server.databaseUrl, { hourly: big, daily: big, monthly: big });
 const listKeyId = JSON.parse(fastpasteCommand(server.databaseUrl, ['keys', 'list', '--json'])).at(-1).id as string;
-const pasteIds: string[] = [];
-let viewId = '';
+const pasteIds = Array.from({ length: PASTES }, newId);
+const viewId = newId();
 {
-  const db = new Database(server.databaseUrl.slice('sqlite:'.length));
-  const insert = db.prepare(
-    `INSERT INTO pastes (id, owner_key_id, title, content, content_type, language, file_size, sha256, created_at, expires_at,
-       view_count, burn_after_read, encrypted, downloadable, is_public, source)
-     VALUES (?, ?, NULL, ?, 'text', 'text', 1024, ?, ?, NULL, 0, 0, 0, 1, 0, 'api')`,
-  );
   const now = Date.now();
-  const sha = 'a'.repeat(64);
-  db.transaction(() => {
-    for (let i = 0; i < PASTES; i++) {
-      const id = newId();
-      pasteIds.push(id);
-      insert.run(id, listKeyId, KB, sha, now - PASTES + i);
-    }
-  })();
-  viewId = newId();
-  db.prepare(
-    `INSERT INTO pastes (id, owner_key_id, title, content, content_type, language, file_size, sha256, created_at, expires_at,
-       view_count, burn_after_read, encrypted, downloadable, is_public, source)
-     VALUES (?, NULL, 'handlers.py', ?, 'text', 'python', ?, ?, ?, NULL, 0, 0, 0, 1, 0, 'api')`,
-  ).run(viewId, PYTHON, PYTHON.length, sha, now);
-  db.close();
+  const rows: SeedRow[] = pasteIds.map((id, i) => ({
+    id,
+    owner: listKeyId,
+    title: null,
+    content: KB,
+    language: 'text',
+    createdAt: now - PASTES + i,
+  }));
+  rows.push({ id: viewId, owner: null, title: 'handlers.py', content: PYTHON, language: 'python', createdAt: now });
+  await backend.seed(server.databaseUrl, rows);
 }
 
 interface Row {
   scenario: string;
   result: LoadResult;
+  peakMb: number;
   baseline: string;
   goal: number;
 }
@@ -181,17 +289,18 @@ try {
   ];
   for (const [scenario, base, goal, options] of scenarios) {
     if (ONLY && !scenario.includes(ONLY)) continue;
+    server.resetPeak();
     const result = await measure(options);
-    rows.push({ scenario, result, baseline: base, goal });
+    rows.push({ scenario, result, baseline: base, goal, peakMb: server.peakRssMb() });
     console.error(`${scenario}: ${result.rps.toFixed(0)} req/s`);
   }
 } finally {
   baseline.kill('SIGTERM');
   await server.stop();
-  rmSync(baseDir, { recursive: true, force: true });
+  await backend.cleanup();
 }
 
-const peak = server.peakRssMb();
+const peak = Math.max(...rows.map((row) => row.peakMb));
 const header = '| scenario | req/s | p50 ms | p99 ms | errors | peak RSS MB | baseline | ratio | goal |';
 const line = '|---|---:|---:|---:|---:|---:|---|---:|---|';
 const fmt = (r: LoadResult) => [r.rps.toFixed(0), String(r.p50), String(r.p99), String(r.errors + r.non2xx)];
@@ -204,9 +313,10 @@ for (const row of rows) {
   const ratio = row.result.rps / base.rps;
   const status = ratio >= row.goal ? 'met' : 'not met';
   table.push(
-    `| ${row.scenario} | ${fmt(row.result).join(' | ')} | ${peak.toFixed(0)} | ${row.baseline} | ${ratio.toFixed(2)} | ≥ ${row.goal} ${status} |`,
+    `| ${row.scenario} | ${fmt(row.result).join(' | ')} | ${row.peakMb.toFixed(0)} | ${row.baseline} | ${ratio.toFixed(2)} | ≥ ${row.goal} ${status} |`,
   );
 }
+table.push('', `Database: ${DB}. Peak RSS of the server through all scenarios: ${peak.toFixed(0)} MB (goal < 150).`);
 const output = table.join('\n');
 console.log(output);
 if (MARKDOWN) writeFileSync(MARKDOWN, `${output}\n`);

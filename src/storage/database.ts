@@ -4,11 +4,15 @@
  * Kysely and does not know which one it has; the few dialect differences live here.
  */
 import { mkdirSync } from 'node:fs';
+import { createRequire } from 'node:module';
 import { dirname, resolve } from 'node:path';
 import BetterSqlite3 from 'better-sqlite3';
 import { Kysely, PostgresDialect, SqliteDialect } from 'kysely';
-import pg from 'pg';
+import type pg from 'pg';
 import type { Database } from './schema.js';
+
+/** The PostgreSQL driver, loaded only for a PostgreSQL database (it costs 17 MB of memory). */
+const loadPg = (): typeof pg => createRequire(import.meta.url)('pg');
 
 export type Dialect = 'sqlite' | 'postgres';
 
@@ -70,10 +74,11 @@ function withStatementCache(sqlite: BetterSqlite3.Database) {
   };
 }
 
-// bigint columns (times) come back as numbers: every value we store fits in 2^53.
-pg.types.setTypeParser(pg.types.builtins.INT8, (value: string) => Number(value));
 
 function openPostgres(url: string): Storage {
+  const pg = loadPg();
+  // bigint columns (times) come back as numbers: every value we store fits in 2^53.
+  pg.types.setTypeParser(pg.types.builtins.INT8, (value: string) => Number(value));
   const pool = new pg.Pool({
     connectionString: url,
     max: 10,

@@ -133,9 +133,35 @@ async function insertRow(db: Kysely<Database>, paste: Paste): Promise<boolean> {
   return Number(result.numInsertedOrUpdatedRows ?? 0n) === 1;
 }
 
+/** A paste that fills every column, for compiling the insert once. */
+const SAMPLE: Paste = {
+  id: 'sample',
+  ownerKeyId: 'k',
+  title: 't',
+  description: 'd',
+  content: 'c',
+  contentType: 'text',
+  originalFilename: 'f',
+  language: 'l',
+  fileSize: 1,
+  sha256: 's',
+  createdAt: 1,
+  expiresAt: 1,
+  viewCount: 0,
+  burnAfterRead: false,
+  encrypted: false,
+  downloadable: true,
+  public: false,
+  passwordHash: 'h',
+  source: 'api',
+  creatorIp: 'i',
+};
+
 export class PasteRepository {
   private readonly findLiveQuery;
   private pending: PendingInsert[] = [];
+  /** On SQLite, the insert prepared once and run on the handle directly (see commitNow). */
+  private readonly insertStatement: BetterSqlite3.Statement | null = null;
 
   /**
    * groupCommit: commit concurrent inserts together (SQLite, one writer); sqlite: the handle the
@@ -157,6 +183,33 @@ export class PasteRepository {
           .where((eb) => eb.or([eb('expires_at', 'is', null), eb('expires_at', '>', now)])),
       sqlite,
     );
+    if (sqlite) {
+      // Kysely's SQL for the insert, compiled once; its parameters are the row's values in order.
+      const compiled = db
+        .insertInto('pastes')
+        .values(toRow(SAMPLE))
+        .onConflict((oc) => oc.column('id').doNothing())
+        .compile();
+      if (compiled.parameters.length !== Object.keys(toRow(SAMPLE)).length) throw new Error('insert columns');
+      this.insertStatement = sqlite.prepare(compiled.sql);
+      this.sqlite = sqlite;
+    }
+  }
+
+  private readonly sqlite: BetterSqlite3.Database | null = null;
+
+  /**
+   * Inserts the batch in one transaction run straight on the SQLite handle, with no wait between
+   * statements; null when that cannot be done (PostgreSQL, an outbox entry to write in the same
+   * transaction, or a transaction of Kysely's open on the connection: joining it would tie these
+   * inserts to its commit), and the Kysely path is taken instead.
+   */
+  private commitNow(batch: PendingInsert[]): boolean[] | null {
+    const statement = this.insertStatement;
+    const sqlite = this.sqlite;
+    if (!statement || !sqlite || sqlite.inTransaction || batch.some((item) => item.also)) return null;
+    const insertAll = () => batch.map((item) => statement.run(...Object.values(toRow(item.paste))).changes === 1);
+    return batch.length === 1 ? insertAll() : sqlite.transaction(insertAll)();
   }
 
   /**
@@ -185,6 +238,18 @@ export class PasteRepository {
   private async commitPending(): Promise<void> {
     const batch = this.pending;
     this.pending = [];
+    let committed: boolean[] | null = null;
+    try {
+      committed = this.commitNow(batch);
+    } catch {
+      // One insert failed and took the batch with it: each is tried again on its own below.
+      for (const item of batch) this.insertAlone(item.paste, item.also).then(item.resolve, item.reject);
+      return;
+    }
+    if (committed) {
+      for (const [i, item] of batch.entries()) item.resolve(committed[i] as boolean);
+      return;
+    }
     if (batch.length === 1) {
       const [only] = batch as [PendingInsert];
       this.insertAlone(only.paste, only.also).then(only.resolve, only.reject);

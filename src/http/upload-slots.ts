@@ -1,0 +1,59 @@
+/**
+ * Large bodies a few at a time. Reading an upload, decoding it, hashing it and storing it makes
+ * several passing copies of it; twenty 10 MB uploads handled at once would hold twenty sets. A
+ * request whose body is larger than LARGE_BODY_BYTES (or of unknown length, chunked) waits for one
+ * of a few slots before its body is read, and keeps it until its answer is sent. While it waits
+ * its body stays in the socket (TCP holds the sender back), so memory is bounded by the slots,
+ * not by the number of clients. Small bodies (nearly all requests) never wait.
+ */
+import type { FastifyInstance } from 'fastify';
+
+export const LARGE_BODY_BYTES = 1024 * 1024;
+
+export class Slots {
+  private free: number;
+  private readonly waiting: Array<() => void> = [];
+
+  constructor(count: number) {
+    this.free = count;
+  }
+
+  acquire(): Promise<void> {
+    if (this.free > 0) {
+      this.free--;
+      return Promise.resolve();
+    }
+    return new Promise((resolve) => this.waiting.push(resolve));
+  }
+
+  release(): void {
+    const next = this.waiting.shift();
+    if (next) next();
+    else this.free++;
+  }
+}
+
+function isLarge(headers: Record<string, string | string[] | undefined>): boolean {
+  const length = headers['content-length'];
+  if (typeof length === 'string') return Number(length) > LARGE_BODY_BYTES;
+  return headers['transfer-encoding'] !== undefined;
+}
+
+export function registerUploadSlots(app: FastifyInstance, count = 4): Slots {
+  const slots = new Slots(count);
+  app.addHook('preParsing', async (request, reply, payload) => {
+    if (!isLarge(request.headers)) return payload;
+    await slots.acquire();
+    let released = false;
+    const release = () => {
+      if (released) return;
+      released = true;
+      slots.release();
+    };
+    // 'close' comes when the answer is sent and when the client goes away mid-upload.
+    reply.raw.once('close', release);
+    if (reply.raw.destroyed) release();
+    return payload;
+  });
+  return slots;
+}
