@@ -13,8 +13,10 @@ import { registerCliRoutes } from './http/api/cli-routes.js';
 import { registerPasteRoutes } from './http/api/paste-routes.js';
 import { sendError } from './http/error-presenter.js';
 import { FastLane, serverWithFastLane } from './http/fast-lane.js';
+import { type NotFoundThrottle, registerNotFoundThrottle } from './http/not-found-throttle.js';
 import { registerBodyParsers } from './http/request-bodies.js';
 import { SECURITY_HEADERS } from './http/security-headers.js';
+import { registerUploadSlots } from './http/upload-slots.js';
 import { registerWebRoutes } from './http/web/web-routes.js';
 import type { Services } from './services.js';
 
@@ -37,6 +39,13 @@ export function createLogger(level: string): Logger {
         'req.headers["x-paste-password"]',
         'req.headers.authorization',
         'req.headers.cookie',
+        // @fastify/multipart logs the request's headers at trace level; Fastify logs the raw bytes
+        // of a request Node could not parse (headers included).
+        'busboyOptions.headers["x-api-key"]',
+        'busboyOptions.headers["x-paste-password"]',
+        'busboyOptions.headers.authorization',
+        'busboyOptions.headers.cookie',
+        'err.rawPacket',
       ],
       censor: '[redacted]',
     },
@@ -57,6 +66,7 @@ function isApiRequest(request: FastifyRequest): boolean {
 
 export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   const { config, services } = deps;
+  let throttle: NotFoundThrottle | null = null;
   const lane = new FastLane({
     pastes: services.pastes,
     keys: services.keys,
@@ -64,7 +74,14 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     presenter: services.presenter,
     apiEnabled: config.apiEnabled,
     trustProxy: config.trustProxy,
-    admits: () => true,
+    admits: (address) => {
+      try {
+        throttle?.check(address);
+        return true;
+      } catch {
+        return false;
+      }
+    },
     logger: deps.logger,
   });
   const app = Fastify({
@@ -73,7 +90,13 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     loggerInstance: (deps.logger ?? pino({ enabled: false })) as FastifyBaseLogger,
     trustProxy: config.trustProxy,
     genReqId: () => randomUUID(),
-    requestTimeout: 120_000,
+    requestTimeout: config.requestTimeoutMs,
+    // A slow client (slow headers, a dripped body) is cut off; Node checks every few seconds.
+    http: {
+      requestTimeout: config.requestTimeoutMs,
+      headersTimeout: config.headersTimeoutMs,
+      connectionsCheckingInterval: Math.min(5_000, Math.max(250, Math.floor(config.headersTimeoutMs / 4))),
+    },
     connectionTimeout: 0,
     keepAliveTimeout: 10_000,
     return503OnClosing: true,
@@ -84,7 +107,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   });
 
   // The routes known for each method, to tell a wrong method (405 with Allow) from a wrong path.
-  const known = FindMyWay();
+  const known = FindMyWay({ maxParamLength: 200 });
   app.addHook('onRoute', (route) => {
     const methods = Array.isArray(route.method) ? route.method : [route.method];
     for (const method of methods) {
@@ -108,6 +131,8 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     lane.closing = true;
     done();
   });
+  throttle = registerNotFoundThrottle(app, { limitPerMinute: config.notFoundLimitPerMinute, clock: services.clock });
+  registerUploadSlots(app);
   await registerBodyParsers(app);
   const presenter = services.presenter;
   const apiDeps = { pastes: services.pastes, keys: services.keys, quota: services.quota, presenter };

@@ -25,6 +25,12 @@ export interface Config {
   /** How often the background sweep removes expired pastes. */
   sweepIntervalMs: number;
   logLevel: string;
+  /** 404 answers a client address may get per minute before every request is 429 (0 = off). */
+  notFoundLimitPerMinute: number;
+  /** Time a client has to send a whole request, headers and body. */
+  requestTimeoutMs: number;
+  /** Time a client has to send the request headers (slow-header attacks). */
+  headersTimeoutMs: number;
 }
 
 export class ConfigError extends Error {}
@@ -97,6 +103,13 @@ export function loadConfig(env: Env = process.env): Config {
   if (!/^(sqlite:|postgres:\/\/|postgresql:\/\/)/.test(databaseUrl)) {
     throw new ConfigError(`DATABASE_URL must start with sqlite: or postgres://, got "${databaseUrl}"`);
   }
+  const requestTimeoutSeconds = readInteger(env, 'REQUEST_TIMEOUT_SECONDS', 120, 1, 3600);
+  const headersTimeoutSeconds = readInteger(env, 'HEADERS_TIMEOUT_SECONDS', 30, 1, 3600);
+  if (headersTimeoutSeconds > requestTimeoutSeconds) {
+    throw new ConfigError(
+      `HEADERS_TIMEOUT_SECONDS must not be over REQUEST_TIMEOUT_SECONDS (${requestTimeoutSeconds}), got ${headersTimeoutSeconds}`,
+    );
+  }
   const logLevel = env.LOG_LEVEL?.trim() || 'info';
   if (!LOG_LEVELS.includes(logLevel)) {
     throw new ConfigError(`LOG_LEVEL must be one of ${LOG_LEVELS.join(', ')}, got "${logLevel}"`);
@@ -118,5 +131,8 @@ export function loadConfig(env: Env = process.env): Config {
     webhookConcurrency: readInteger(env, 'WEBHOOK_CONCURRENCY', 8, 1, 256),
     sweepIntervalMs: readInteger(env, 'SWEEP_INTERVAL_SECONDS', 60, 1, 86_400) * 1000,
     logLevel,
+    notFoundLimitPerMinute: readInteger(env, 'NOT_FOUND_LIMIT_PER_MINUTE', 60, 0, 1_000_000_000),
+    requestTimeoutMs: requestTimeoutSeconds * 1000,
+    headersTimeoutMs: headersTimeoutSeconds * 1000,
   };
 }

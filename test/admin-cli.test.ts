@@ -13,6 +13,7 @@ import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { isWellFormedApiKey } from '../src/keys/api-key-format.js';
+import { KEY_CACHE_MS } from '../src/keys/key-service.js';
 import { databaseContains, freshDatabase, onPostgres, queryDatabase } from './helpers.js';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
@@ -251,6 +252,8 @@ describe('fastpaste command', () => {
 
       const off = await fastpaste(['keys', 'deactivate', keyId], env);
       assertOk(off, 'keys deactivate');
+      // A running server trusts a key it looked up for KEY_CACHE_MS (another process changed it).
+      await new Promise((resolve) => setTimeout(resolve, KEY_CACHE_MS + 50));
       const refused = await list();
       assert.equal(refused.status, 403);
       const body = (await refused.json()) as { error: boolean; code: string };
@@ -262,6 +265,7 @@ describe('fastpaste command', () => {
 
       const on = await fastpaste(['keys', 'activate', keyId], env);
       assertOk(on, 'keys activate');
+      await new Promise((resolve) => setTimeout(resolve, KEY_CACHE_MS + 50));
       assert.equal((await list()).status, 200);
       assert.equal((await quick()).status, 201);
     } finally {

@@ -80,11 +80,12 @@ export function freePort(): Promise<number> {
 export const onPostgres = Boolean(process.env.TEST_DATABASE_URL);
 
 /**
- * A fresh, empty database for one test server: a new SQLite file, or with TEST_DATABASE_URL a
- * new schema in that PostgreSQL database (dropped by `drop`).
+ * A fresh, empty database for one test server: a new SQLite file, or with TEST_DATABASE_URL (or
+ * the PostgreSQL URL given) a new schema in that PostgreSQL database (dropped by `drop`).
  */
-export async function freshDatabase(): Promise<{ url: string; path: string | null; drop(): Promise<void> }> {
-  const base = process.env.TEST_DATABASE_URL;
+export async function freshDatabase(
+  base: string | undefined = process.env.TEST_DATABASE_URL,
+): Promise<{ url: string; path: string | null; drop(): Promise<void> }> {
   if (!base) {
     const dir = mkdtempSync(join(tmpdir(), 'fastpaste-test-'));
     const path = join(dir, 'fastpaste.db');
@@ -188,6 +189,9 @@ export async function startServer(options: TestServerOptions = {}): Promise<Test
     DATABASE_URL: databaseUrl,
     PORT: String(port),
     BASE_URL: url,
+    // The ManualClock stands still, so every 404 of a test server falls in one minute: suites
+    // that ask for many unknown ids get a large budget (security.test.ts tests the real one).
+    NOT_FOUND_LIMIT_PER_MINUTE: '10000',
     ...(process.env.TEST_REDIS_URL ? { REDIS_URL: process.env.TEST_REDIS_URL } : {}),
     ...options.env,
   });

@@ -5,6 +5,7 @@
  */
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
+import { request as httpRequest } from 'node:http';
 import { describe, it } from 'node:test';
 import { pino } from 'pino';
 import { freshDatabase, request, startServer } from './helpers.js';
@@ -326,6 +327,58 @@ describe('the fast lane', () => {
       );
       assert.equal(statuses.filter((s) => s === 200).length, 59);
       assert.equal(statuses.filter((s) => s === 429).length, 41);
+    } finally {
+      await server.close();
+    }
+  });
+});
+
+describe('large bodies a few at a time', () => {
+  it('uploads past the slots wait and all succeed; a client that gives up mid-upload frees its slot', {
+    timeout: 60_000,
+  }, async () => {
+    const server = await startServer();
+    try {
+      const key = await server.createKey();
+      const url = new URL(`${server.url}/api/v1/cli`);
+      // Six clients start a 3 MB upload and vanish after 1.5 MB: each held (or waited for) a slot.
+      await Promise.all(
+        Array.from(
+          { length: 6 },
+          () =>
+            new Promise<void>((resolve) => {
+              const req = httpRequest({
+                host: url.hostname,
+                port: url.port,
+                path: url.pathname,
+                method: 'POST',
+                headers: { 'content-type': 'text/plain', 'content-length': String(3 * 1024 * 1024), 'x-api-key': key },
+              });
+              req.on('error', () => resolve());
+              req.write(Buffer.alloc(1.5 * 1024 * 1024, 'a'), () => {
+                setTimeout(() => {
+                  req.destroy();
+                  resolve();
+                }, 100);
+              });
+            }),
+        ),
+      );
+      // Eight complete 2 MB uploads at once: all are created, each with its own content.
+      const results = await Promise.all(
+        Array.from({ length: 8 }, async (_, i) => {
+          const content = `${i}`.repeat(2 * 1024 * 1024);
+          const res = await fetch(`${server.url}/api/v1/cli?json=1`, {
+            method: 'POST',
+            headers: { 'content-type': 'text/plain', 'x-api-key': key },
+            body: content,
+            signal: AbortSignal.timeout(20_000),
+          });
+          const body = (await res.json()) as { data: { sha256: string } };
+          return res.status === 201 && body.data.sha256 === sha256(content);
+        }),
+      );
+      assert.deepEqual(results, Array(8).fill(true));
     } finally {
       await server.close();
     }

@@ -17,7 +17,7 @@ import { join } from 'node:path';
 import { describe, it, type TestContext } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { loadConfig } from '../src/config.js';
-import type { NewKeyOptions } from '../src/keys/key-service.js';
+import { KEY_CACHE_MS, type NewKeyOptions } from '../src/keys/key-service.js';
 import { parseCreateInput } from '../src/pastes/paste-input.js';
 import {
   expectError,
@@ -939,11 +939,13 @@ describe('fastpaste keys limits / keys usage', () => {
       assert.match(human.stdout, /hourly\s+used 2, 0 left of 2/);
       assert.match(human.stdout, /daily\s+used 2, 3 left of 5/);
 
-      // The server reads the limits on each request: used up now, raised by the tool, free again.
+      // The server reads the limits of a key it looked up more than KEY_CACHE_MS ago: used up now,
+      // raised by the tool, free again once that second has passed.
       const refused = await list();
       expectError(refused, 429, 'rate_limited');
       assert.ok(refused.headers.get('retry-after'), 'Retry-After on the 429');
       assertOk(await fastpaste(['keys', 'limits', key, '--hourly', '10'], env), 'keys limits (raise)');
+      await new Promise((resolve) => setTimeout(resolve, KEY_CACHE_MS + 50));
       assertStatus(await list(), 200, 'after raising the hourly limit');
     });
   });

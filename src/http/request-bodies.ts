@@ -2,24 +2,67 @@
  * How request bodies are read, always as streams with hard limits (D6, D17): JSON and urlencoded
  * forms up to a size set per route, raw bodies (quick-create) up to 4 MB counted while they
  * arrive, and multipart forms part by part with the file cut at its limit. A body over its
- * limit is refused as soon as the limit is crossed; the rest is never read.
+ * limit is refused as soon as the limit is crossed; the rest is never read. JSON must be UTF-8
+ * (RFC 8259): other bytes are malformed JSON, never replaced by U+FFFD and stored.
  */
 import multipart from '@fastify/multipart';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { AppError, invalidRequest } from '../errors.js';
 import { MAX_TEXT_BYTES, tooLarge } from '../pastes/paste-input.js';
 
-/** Routes that take a raw body (any content type but JSON and the two form types). */
+/** Routes that take a raw body: any content type but the two form types (D18), JSON included. */
 const RAW_BODY_ROUTES = new Set(['/api/v1/cli']);
 
+const isRawBodyRoute = (request: FastifyRequest): boolean => RAW_BODY_ROUTES.has(request.routeOptions.url ?? '');
+
+const strictUtf8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
+
+/**
+ * A request no route takes (404, or 405 for a known path) is answered without reading its body:
+ * a body that cannot be parsed must not turn that answer into a 400, and the answer closes the
+ * connection (error-presenter.ts), so the rest is never read.
+ */
+const noRoute = (request: FastifyRequest): boolean => request.is404;
+
+/** A JSON or form body past the route's limit (the content itself is checked once parsed). */
+const bodyTooLarge = (): AppError =>
+  new AppError('content_too_large', 'The body is larger than this endpoint accepts.');
+
 export async function registerBodyParsers(app: FastifyInstance): Promise<void> {
-  app.addContentTypeParser('application/x-www-form-urlencoded', { parseAs: 'buffer' }, (_request, body, done) => {
-    done(null, parseUrlEncoded(body as Buffer));
+  app.addContentTypeParser('application/x-www-form-urlencoded', (request, payload, done) => {
+    if (noRoute(request)) return done(null, undefined);
+    readLimited(payload, request.routeOptions.bodyLimit, bodyTooLarge).then(
+      (body) => done(null, parseUrlEncoded(body)),
+      (err) => done(err, undefined),
+    );
+  });
+  // JSON: read within the route's limit, decoded strictly, then Fastify's own parser (which
+  // refuses __proto__ and constructor keys). On quick-create a JSON body is the raw content.
+  const parseJson = app.getDefaultJsonParser('error', 'error');
+  app.removeContentTypeParser('application/json');
+  app.addContentTypeParser('application/json', (request, payload, done) => {
+    if (noRoute(request)) return done(null, undefined);
+    const raw = isRawBodyRoute(request);
+    const limit = raw ? MAX_TEXT_BYTES : request.routeOptions.bodyLimit;
+    readLimited(payload, limit, raw ? () => tooLarge(MAX_TEXT_BYTES) : bodyTooLarge).then(
+      (body) => {
+        if (raw) return done(null, body);
+        let text: string;
+        try {
+          text = strictUtf8.decode(body);
+        } catch {
+          return done(new AppError('invalid_request', 'The body is not valid JSON: it is not UTF-8.'), undefined);
+        }
+        parseJson(request, text, done);
+      },
+      (err) => done(err, undefined),
+    );
   });
   await app.register(multipart, { throwFileSizeLimit: false });
   app.removeContentTypeParser('text/plain');
   app.addContentTypeParser('*', (request, payload, done) => {
-    if (!RAW_BODY_ROUTES.has(request.routeOptions.url ?? '')) {
+    if (noRoute(request)) return done(null, undefined);
+    if (!isRawBodyRoute(request)) {
       done(new AppError('invalid_request', 'Send the body as application/json or multipart/form-data.'), undefined);
       return;
     }
@@ -48,8 +91,15 @@ function parseUrlEncoded(raw: Buffer): UrlEncodedBody {
   return new UrlEncodedBody(raw, fields);
 }
 
-/** Reads a stream into a Buffer, failing with 413 the moment it passes `limit` bytes. */
-export function readLimited(stream: NodeJS.ReadableStream, limit: number): Promise<Buffer> {
+/**
+ * Reads a stream into a Buffer, failing with 413 (`tooLargeError`, by default the one for
+ * `limit`) the moment it passes `limit` bytes.
+ */
+export function readLimited(
+  stream: NodeJS.ReadableStream,
+  limit: number,
+  tooLargeError: () => AppError = () => tooLarge(limit),
+): Promise<Buffer> {
   return new Promise((resolve, reject) => {
     const chunks: Buffer[] = [];
     let size = 0;
@@ -58,7 +108,7 @@ export function readLimited(stream: NodeJS.ReadableStream, limit: number): Promi
       if (size > limit) {
         cleanup();
         stream.pause();
-        reject(tooLarge(limit));
+        reject(tooLargeError());
         return;
       }
       chunks.push(chunk);
@@ -67,9 +117,10 @@ export function readLimited(stream: NodeJS.ReadableStream, limit: number): Promi
       cleanup();
       resolve(Buffer.concat(chunks, size));
     };
-    const onError = (err: Error) => {
+    // The client went away or broke the framing mid-body: its fault, never a 500 in the log.
+    const onError = () => {
       cleanup();
-      reject(err);
+      reject(new AppError('invalid_request', 'The body could not be read to its end.'));
     };
     const cleanup = () => {
       stream.removeListener('data', onData);
@@ -103,6 +154,57 @@ export interface MultipartOptions {
   checkFile?: (filename: string, mimeType: string) => void;
 }
 
+/** How often, and how many times in a row, the request must be found held back to count as stuck. */
+const STALL_CHECK_MS = 250;
+const STALL_CHECKS = 8;
+
+/**
+ * Fails when the form parser has stopped reading the request for good. @fastify/busboy 3.2.6
+ * (Dicer) skips a part without Content-Disposition (or not `form-data`, or whose name holds a bare
+ * line break) by resuming it a tick later; when such a part buffers past its high-water mark and
+ * ends in the same write, Dicer stays paused, busboy never drains, and the request stays paused
+ * with no error and no end: the client would wait for the request timeout. Reading a form never
+ * holds the request back otherwise (each file is read at once), so a request paused for
+ * STALL_CHECKS checks in a row (counted in checks, so a busy event loop does not trip it) is a
+ * broken form.
+ */
+function parserStall(
+  request: FastifyRequest,
+  maxBytes: number,
+  tooBig: () => AppError,
+): { stalled: Promise<never>; stop: () => void } {
+  let fail: (err: AppError) => void = () => {};
+  const stalled = new Promise<never>((_resolve, reject) => {
+    fail = reject;
+  });
+  stalled.catch(() => {});
+  // The whole form is cut at its limit too: busboy caps each field and the file, but would read
+  // any number of bytes of part headers and skipped parts.
+  let seen = 0;
+  const count = (chunk: Buffer) => {
+    seen += chunk.length;
+    if (seen > maxBytes) fail(tooBig());
+  };
+  request.raw.on('data', count);
+  let held = 0;
+  const timer = setInterval(() => {
+    const raw = request.raw;
+    held = raw.isPaused() && !raw.readableEnded && !raw.destroyed ? held + 1 : 0;
+    if (held >= STALL_CHECKS) {
+      clearInterval(timer);
+      fail(new AppError('invalid_request', 'The multipart body could not be read.'));
+    }
+  }, STALL_CHECK_MS);
+  timer.unref();
+  return {
+    stalled,
+    stop: () => {
+      clearInterval(timer);
+      request.raw.off('data', count);
+    },
+  };
+}
+
 /** Reads a multipart form: its text fields and at most one file, within the limits. */
 export async function readMultipartForm(request: FastifyRequest, options: MultipartOptions): Promise<MultipartForm> {
   const fields: Record<string, string> = {};
@@ -118,8 +220,15 @@ export async function readMultipartForm(request: FastifyRequest, options: Multip
       headerPairs: 16,
     },
   });
+  // A form holds at most its file (or a text field as large as the largest text) and small fields.
+  const maxFormBytes = Math.max(options.maxFileBytes, MAX_TEXT_BYTES) + 64 * 1024;
+  const { stalled, stop } = parserStall(request, maxFormBytes, () => tooLarge(options.maxFileBytes));
+  const iterator = parts[Symbol.asyncIterator]();
   try {
-    for await (const part of parts) {
+    for (;;) {
+      const next = await Promise.race([iterator.next(), stalled]);
+      if (next.done) break;
+      const part = next.value;
       if (Object.hasOwn(fields, part.fieldname) || file?.field === part.fieldname) {
         throw invalidRequest([{ field: part.fieldname, message: 'is sent more than once' }]);
       }
@@ -128,7 +237,7 @@ export async function readMultipartForm(request: FastifyRequest, options: Multip
           throw invalidRequest([{ field: part.fieldname, message: 'may not carry a file' }]);
         }
         options.checkFile?.(part.filename, part.mimetype);
-        const bytes = await readFilePart(part.file, options.maxFileBytes);
+        const bytes = await Promise.race([readFilePart(part.file, options.maxFileBytes), stalled]);
         file = { field: part.fieldname, filename: part.filename, mimeType: part.mimetype, bytes };
       } else {
         if (part.valueTruncated) throw tooLarge(MAX_TEXT_BYTES);
@@ -141,6 +250,8 @@ export async function readMultipartForm(request: FastifyRequest, options: Multip
     if (code?.startsWith('FST_')) throw err;
     // busboy's own complaints (no boundary, malformed part headers) are about the client's body.
     throw new AppError('invalid_request', 'The multipart body could not be read.');
+  } finally {
+    stop();
   }
   return { fields, file };
 }

@@ -69,6 +69,24 @@ export function parseFormBoolean(value: string): boolean | undefined {
   return FORM_BOOLEANS[value.trim().toLowerCase()];
 }
 
+/**
+ * False when the string holds half of a surrogate pair. String.prototype.isWellFormed is ES2024
+ * (in Node 20, not in this project's TypeScript lib); a /\p{Cs}/u test costs 30 times as much.
+ */
+const isWellFormed = (value: string): boolean => (value as string & { isWellFormed(): boolean }).isWellFormed();
+
+/**
+ * Why a string cannot be stored as text, or null. NUL: PostgreSQL refuses it (a 500 there, stored
+ * as sent on SQLite). A lone surrogate (a JSON `\ud800` escape) has no UTF-8 form: SQLite would
+ * store bytes that are not UTF-8, PostgreSQL U+FFFD. Both are refused everywhere, on both, as D17
+ * refuses such bytes in an upload.
+ */
+function textProblem(value: string): string | null {
+  if (value.includes('\u0000')) return 'must not contain NUL characters';
+  if (!isWellFormed(value)) return 'must be Unicode text (it holds half of a surrogate pair)';
+  return null;
+}
+
 /** Checks names and kinds; unknown fields and wrong types are problems, never ignored (D8). */
 function readFields<F extends Record<string, FieldKind>>(
   raw: Record<string, unknown>,
@@ -95,6 +113,8 @@ function readFields<F extends Record<string, FieldKind>>(
         });
       }
     } else if (typeof value === 'string') {
+      const problem = textProblem(value);
+      if (problem) problems.push({ field: name, message: problem });
       values[name] = value;
     } else if (value === null && encoding === 'json' && name !== 'content') {
       values[name] = null;

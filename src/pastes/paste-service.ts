@@ -146,10 +146,11 @@ export class PasteService {
 
   /**
    * Delivers a paste's content: 404 when gone, the download and password rules, then the burn
-   * (one atomic delete) or a view counted. A refused read consumes nothing.
+   * (one atomic delete) or a view counted. A refused read consumes nothing. `peeked`: the paste
+   * as peek() just returned it, to save a second look-up.
    */
-  async read(id: string, mode: ReadMode, options: ReadOptions): Promise<Read> {
-    const paste = await this.peek(id);
+  async read(id: string, mode: ReadMode, options: ReadOptions, peeked?: Paste): Promise<Read> {
+    const paste = peeked?.id === id ? peeked : await this.peek(id);
     if (mode === 'download' && !isDownloadable(paste)) {
       throw new AppError('not_downloadable', 'This encrypted paste was not made downloadable.');
     }
@@ -198,15 +199,18 @@ export class PasteService {
           : 'This paste is protected by a password: send it in the X-Paste-Password header.',
       );
     }
+    // The guess is counted before it is hashed, so a burst of parallel guesses cannot all pass
+    // the check before the first is counted; a right password gives its count back.
     const guessKey = `${options.clientAddress}|${paste.id}`;
-    const state = await this.guesses.get(guessKey);
-    if (state !== null && state.remainingPoints <= 0) throw tooManyGuesses(state);
-    if (await verifyPassword(paste.passwordHash as string, options.password)) return;
     try {
       await this.guesses.consume(guessKey);
     } catch (rejection) {
       if (rejection instanceof RateLimiterRes) throw tooManyGuesses(rejection);
       throw rejection;
+    }
+    if (await verifyPassword(paste.passwordHash as string, options.password)) {
+      await this.guesses.reward(guessKey, 1);
+      return;
     }
     throw new AppError('wrong_password', 'The password is wrong.');
   }

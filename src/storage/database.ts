@@ -74,7 +74,6 @@ function withStatementCache(sqlite: BetterSqlite3.Database) {
   };
 }
 
-
 function openPostgres(url: string): Storage {
   const pg = loadPg();
   // bigint columns (times) come back as numbers: every value we store fits in 2^53.

@@ -18,6 +18,10 @@ export function forbiddenAddressReason(address: string): string | null {
   if (parsed.kind() === 'ipv6' && (parsed as ipaddr.IPv6).isIPv4MappedAddress()) {
     parsed = (parsed as ipaddr.IPv6).toIPv4Address();
   }
+  // ::/96, the IPv4-compatible addresses RFC 4291 deprecated ([::127.0.0.1]): never a receiver.
+  if (parsed.kind() === 'ipv6' && (parsed as ipaddr.IPv6).parts.slice(0, 6).every((part) => part === 0)) {
+    return 'is an IPv4-compatible IPv6 address';
+  }
   const range = parsed.range();
   return range === 'unicast' ? null : `is a ${range} address`;
 }

@@ -25,8 +25,9 @@ export interface SendOptions {
   maxResponseBytes?: number;
 }
 
-const guardedHttp = new RequestFilteringHttpAgent({ keepAlive: false });
-const guardedHttps = new RequestFilteringHttpsAgent({ keepAlive: false });
+// The agent's own rules let ::/96 (IPv4-compatible, [::127.0.0.1]) through: denied here.
+const guardedHttp = new RequestFilteringHttpAgent({ keepAlive: false, denyIPAddressList: ['::/96'] });
+const guardedHttps = new RequestFilteringHttpsAgent({ keepAlive: false, denyIPAddressList: ['::/96'] });
 
 function parseRetryAfter(value: string | undefined, now: number): number | null {
   if (!value) return null;

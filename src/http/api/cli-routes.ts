@@ -155,10 +155,14 @@ export async function registerCliRoutes(
   );
 
   app.get('/api/v1/cli', async (request, reply: FastifyReply) => {
-    const query = request.query as Record<string, string | undefined>;
+    // A parameter given twice arrives as an array.
+    const switchValue = (request.query as Record<string, unknown>).json;
+    if (switchValue !== undefined && typeof switchValue !== 'string') {
+      throw invalidRequest([{ field: 'json', message: 'must be given once' }]);
+    }
     const json =
-      query.json !== undefined
-        ? parseFormBoolean(query.json) === true
+      switchValue !== undefined
+        ? parseFormBoolean(switchValue) === true
         : (request.headers.accept ?? '').includes('application/json');
     const text = usage(presenter.baseUrl);
     if (json)

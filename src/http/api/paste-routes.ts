@@ -15,7 +15,8 @@ import {
 import type { PastePresenter } from '../../pastes/paste-presenter.js';
 import type { PasteService } from '../../pastes/paste-service.js';
 import { decodeTextFile, isAllowedExtension, isTextualMimeType, safeFilename } from '../../pastes/uploads.js';
-import { declaredLengthGuard, readMultipartForm } from '../request-bodies.js';
+import { clientBucket } from '../client-address.js';
+import { declaredLengthGuard, readMultipartForm, UrlEncodedBody } from '../request-bodies.js';
 import { callerKey, requireApiKey } from './authentication.js';
 
 export interface ApiDeps {
@@ -26,7 +27,9 @@ export interface ApiDeps {
 }
 
 /** JSON with every character escaped twice as long still fits; the content is checked after. */
-export const JSON_BODY_LIMIT = 2 * MAX_TEXT_BYTES + 64 * 1024;
+// 6 bytes of JSON per byte of content at worst (\u00e9, as json.dumps writes é by default): a
+// body within D6 however it is escaped. Bodies past 1 MB are read a few at a time (upload-slots.ts).
+export const JSON_BODY_LIMIT = 6 * MAX_TEXT_BYTES + 64 * 1024;
 /** The file plus the other fields and the multipart framing. */
 const MULTIPART_BODY_LIMIT = MAX_UPLOAD_BYTES + 64 * 1024;
 
@@ -40,6 +43,9 @@ export function pasteIdParam(request: FastifyRequest): string {
 
 export function jsonObjectBody(request: FastifyRequest): Record<string, unknown> {
   const body = request.body;
+  if (body instanceof UrlEncodedBody) {
+    throw new AppError('invalid_request', 'Send the body as application/json or multipart/form-data.');
+  }
   if (body === null || typeof body !== 'object' || Array.isArray(body) || Buffer.isBuffer(body)) {
     throw new AppError('invalid_request', 'The body must be a JSON object.');
   }
@@ -180,7 +186,15 @@ export function createdMessage(id: string, slug: string | undefined, slugTaken: 
 
 /** What every read passes to the domain: HEAD consumes nothing (D11). */
 export function readOptions(request: FastifyRequest, password?: string) {
-  return { consume: request.method !== 'HEAD', clientAddress: request.ip, password };
+  return {
+    consume: request.method !== 'HEAD',
+    // Wrong passwords are counted per client as every per-address limit is (an IPv6 client per
+    // /64); worked out only when a password is checked.
+    get clientAddress() {
+      return clientBucket(request.ip);
+    },
+    password,
+  };
 }
 
 /** Plain text as raw answers it (D16). */

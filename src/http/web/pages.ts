@@ -67,20 +67,38 @@ function meta(paste: Paste): string {
  * content is escaped here. An encrypted paste is shown as ciphertext for view.js to decrypt
  * with the key from the address's fragment, which never reaches the server.
  */
+/** Where the code goes in a paste's page: it is added as bytes, not put through the template. */
+const CODE_MARK = '\u0000code\u0000';
+
+/**
+ * A page shows at most this many characters of a paste: escaping 4 MB on every view would hold
+ * the server for a second each time. The whole paste is at /raw.
+ */
+export const PAGE_TEXT_MAX = 256 * 1024;
+
 export function pastePage(
   paste: Paste,
   links: ViewLinks,
-  options: { burned: boolean; highlighted: string | null },
-): string {
+  options: { burned: boolean; highlighted: Buffer | null },
+): Buffer {
   const title = paste.title ?? paste.id;
   const linkParts =
     paste.passwordHash === null && !options.burned ? [`<a href="${escapeHtml(links.rawUrl)}">raw</a>`] : [];
   if (links.downloadUrl && paste.passwordHash === null && !options.burned) {
     linkParts.push(`<a href="${escapeHtml(links.downloadUrl)}">download</a>`);
   }
-  const notice = options.burned
-    ? '<p class="notice">This paste was view-once: it has now been deleted from the server. Copy it if you need it.</p>'
+  // Only a paste anyone may read again in whole at /raw is cut: a view-once or protected paste is
+  // shown in full (its one view, or a POST with the password).
+  const cut =
+    linkParts.length > 0 && !paste.encrypted && options.highlighted === null && paste.content.length > PAGE_TEXT_MAX;
+  const cutNotice = cut
+    ? `<p class="notice">This paste is ${paste.fileSize} bytes; this page shows the first ${PAGE_TEXT_MAX / 1024} KB of it. The whole paste is at <a href="${escapeHtml(links.rawUrl)}">raw</a>.</p>`
     : '';
+  const notice = `${
+    options.burned
+      ? '<p class="notice">This paste was view-once: it has now been deleted from the server. Copy it if you need it.</p>'
+      : ''
+  }${cutNotice}`;
   const description = paste.description ? `<p class="description">${escapeHtml(paste.description)}</p>` : '';
   const languageClass = paste.language ? ` class="hljs language-${escapeHtml(paste.language)}"` : '';
   const body = paste.encrypted
@@ -91,8 +109,8 @@ export function pastePage(
 <pre><code id="plaintext"></code></pre>
 </div>
 <script src="/static/view.js"></script>`
-    : `<pre><code${languageClass}>${options.highlighted ?? escapeHtml(paste.content)}</code></pre>`;
-  return layout(
+    : `<pre><code${languageClass}>${CODE_MARK}</code></pre>`;
+  const html = layout(
     title,
     `<h1>${escapeHtml(title)}</h1>
 ${description}${meta(paste)}
@@ -100,6 +118,14 @@ ${description}${meta(paste)}
 ${notice}
 ${body}`,
   );
+  if (paste.encrypted) return Buffer.from(html);
+  // The highlighted code (kept encoded by the highlighter's cache) is joined as bytes: a page of
+  // 10 KB of code is ~50 KB of HTML, which as one string would be measured and encoded again on
+  // every request. Only the template follows the mark, so the last one is the real one.
+  const at = html.lastIndexOf(CODE_MARK);
+  const code =
+    options.highlighted ?? Buffer.from(escapeHtml(cut ? paste.content.slice(0, PAGE_TEXT_MAX) : paste.content));
+  return Buffer.concat([Buffer.from(html.slice(0, at)), code, Buffer.from(html.slice(at + CODE_MARK.length))]);
 }
 
 /**

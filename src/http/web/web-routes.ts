@@ -33,7 +33,7 @@ const STATIC_FILES: Record<string, { type: string; body: Buffer }> = {
   },
 };
 
-function sendPage(reply: FastifyReply, html: string, status = 200): FastifyReply {
+function sendPage(reply: FastifyReply, html: string | Buffer, status = 200): FastifyReply {
   return reply.code(status).type('text/html; charset=utf-8').header('cache-control', 'no-store').send(html);
 }
 
@@ -77,7 +77,7 @@ export async function registerWebRoutes(app: FastifyInstance, deps: WebDeps): Pr
       // View-once and protected pastes are shown only after a POST: a link preview or a
       // crawler following the link consumes nothing.
       if (paste.burnAfterRead || paste.passwordHash !== null) return sendPage(reply, gatePage(paste, {}));
-      return renderRead(reply, await pastes.read(id, 'view', readOptions(request)));
+      return renderRead(reply, await pastes.read(id, 'view', readOptions(request), paste));
     },
   });
 

@@ -1,0 +1,165 @@
+/**
+ * Growth (issue 6): the read scenarios on a database of 1,000,000 pastes against the same on
+ * 100,000, measured alternately in one run (two rounds each, the better kept), with the ratio
+ * (goal ≥ 0.90); then the expiry sweep of 1,000,000 expired pastes while /raw is under load: the
+ * sweep's duration and the p99 during it against the p99 once it is done.
+ * 127.0.0.1 only; bounded (about 6 minutes with the default 5 s a measurement).
+ * Usage: npm run bench:growth [-- --seconds 5]
+ */
+import { randomBytes } from 'node:crypto';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import Database from 'better-sqlite3';
+import {
+  type BenchServer,
+  createKey,
+  fastpasteCommand,
+  type LoadOptions,
+  type LoadResult,
+  load,
+  pinSelf,
+  startBenchServer,
+} from './bench-kit.js';
+
+const args = process.argv.slice(2);
+const secondsAt = args.indexOf('--seconds');
+const SECONDS = secondsAt >= 0 ? Number(args[secondsAt + 1]) : 5;
+pinSelf();
+
+const ALPHABET = '0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz';
+const newId = () => Array.from(randomBytes(10), (b) => ALPHABET[b % 62]).join('');
+const KB = `${'x'.repeat(1023)}\n`;
+const pick = (ids: string[]) => ids[Math.floor(Math.random() * ids.length)] as string;
+const dir = mkdtempSync(join(tmpdir(), 'fastpaste-growth-'));
+
+/** Inserts `count` 1 KB pastes of `owner` (expired ones when `expired`); returns the ids. */
+function seed(file: string, count: number, owner: string | null, expired = false): string[] {
+  const db = new Database(file);
+  const now = Date.now();
+  const insert = db.prepare(
+    `INSERT INTO pastes (id, owner_key_id, title, content, content_type, language, file_size, sha256, created_at, expires_at,
+       view_count, burn_after_read, encrypted, downloadable, is_public, source)
+     VALUES (?, ?, NULL, ?, 'text', 'text', 1024, ?, ?, ?, 0, 0, 0, 1, 0, 'api')`,
+  );
+  const ids: string[] = [];
+  const sha = 'a'.repeat(64);
+  for (let start = 0; start < count; start += 100_000) {
+    db.transaction(() => {
+      for (let i = start; i < Math.min(count, start + 100_000); i++) {
+        const id = newId();
+        ids.push(id);
+        insert.run(id, owner, KB, sha, now - count + i, expired ? now - 86_400_000 + i : null);
+      }
+    })();
+  }
+  db.close();
+  return ids;
+}
+
+interface Side {
+  server: BenchServer;
+  ids: string[];
+  key: string;
+  file: string;
+}
+
+async function side(name: string, count: number): Promise<Side> {
+  const file = join(dir, `${name}.db`);
+  const url = `sqlite:${file}`;
+  fastpasteCommand(url, ['migrate']);
+  const big = 1_000_000_000;
+  const key = createKey(url, { hourly: big, daily: big, monthly: big });
+  const keyId = JSON.parse(fastpasteCommand(url, ['keys', 'list', '--json'])).at(-1).id as string;
+  const ids = seed(file, count, keyId);
+  const server = await startBenchServer({ DATABASE_URL: url, SWEEP_INTERVAL_SECONDS: '3600' });
+  return { server, ids, key, file };
+}
+
+const scenarios: Array<[string, (s: Side) => LoadOptions]> = [
+  ['GET /raw/<id>', (s) => ({ url: s.server.url, path: () => `/raw/${pick(s.ids)}` })],
+  [
+    'GET /api/v1/paste/{id}',
+    (s) => ({ url: s.server.url, path: () => `/api/v1/paste/${pick(s.ids)}`, headers: { 'x-api-key': s.key } }),
+  ],
+  [
+    'GET /api/v1/pastes?page=1',
+    (s) => ({ url: `${s.server.url}/api/v1/pastes?page=1`, headers: { 'x-api-key': s.key } }),
+  ],
+  [
+    'GET /api/v1/pastes?page=1000',
+    (s) => ({ url: `${s.server.url}/api/v1/pastes?page=1000`, headers: { 'x-api-key': s.key } }),
+  ],
+];
+
+const best = (a: LoadResult | undefined, b: LoadResult) => (a && a.rps >= b.rps ? a : b);
+let failed = false;
+const lines: string[] = [];
+try {
+  console.error('seeding 100,000 and 1,000,000 pastes…');
+  const small = await side('small', Number(process.env.GROWTH_SMALL ?? 100_000));
+  const large = await side('large', Number(process.env.GROWTH_LARGE ?? 1_000_000));
+  lines.push(
+    '| scenario | 100k req/s | 1M req/s | 1M / 100k | p99 100k ms | p99 1M ms | goal ≥ 0.90 |',
+    '|---|---:|---:|---:|---:|---:|---|',
+  );
+  try {
+    for (const [name, options] of scenarios) {
+      let a: LoadResult | undefined;
+      let b: LoadResult | undefined;
+      await load({ ...options(small), seconds: 1 });
+      await load({ ...options(large), seconds: 1 });
+      for (let round = 0; round < 2; round++) {
+        a = best(a, await load({ ...options(small), seconds: SECONDS }));
+        b = best(b, await load({ ...options(large), seconds: SECONDS }));
+      }
+      const ratio = (b as LoadResult).rps / (a as LoadResult).rps;
+      if (ratio < 0.9) failed = true;
+      lines.push(
+        `| ${name} | ${a?.rps.toFixed(0)} | ${b?.rps.toFixed(0)} | ${ratio.toFixed(2)} | ${a?.p99} | ${b?.p99} | ${ratio >= 0.9 ? 'met' : 'not met'} |`,
+      );
+      console.error(lines.at(-1));
+    }
+  } finally {
+    await small.server.stop();
+    await large.server.stop();
+  }
+
+  // The sweep: 1,000,000 expired pastes beside the 1,000,000 live ones, removed while /raw is read.
+  console.error('seeding 1,000,000 expired pastes…');
+  seed(large.file, 1_000_000, null, true);
+  const sweeping = await startBenchServer({ DATABASE_URL: `sqlite:${large.file}`, SWEEP_INTERVAL_SECONDS: '3600' });
+  try {
+    const started = Date.now();
+    const reads = { url: sweeping.url, path: () => `/raw/${pick(large.ids)}` };
+    const during: LoadResult[] = [];
+    let remaining = 1;
+    const count = () => {
+      const db = new Database(large.file, { readonly: true });
+      const row = db.prepare('SELECT COUNT(*) AS n FROM pastes WHERE expires_at IS NOT NULL').get() as { n: number };
+      db.close();
+      return row.n;
+    };
+    // The server sweeps on start; read until the expired rows are gone (at most 3 minutes).
+    while (remaining > 0 && Date.now() - started < 180_000) {
+      during.push(await load({ ...reads, seconds: 2 }));
+      remaining = count();
+    }
+    const sweepSeconds = (Date.now() - started) / 1000;
+    const after = await load({ ...reads, seconds: SECONDS });
+    const worstP99 = Math.max(...during.map((r) => r.p99));
+    const duringRps = during.reduce((sum, r) => sum + r.rps, 0) / during.length;
+    lines.push(
+      '',
+      `Sweep of 1,000,000 expired pastes: ${remaining === 0 ? 'done' : `${remaining} left`} within ${sweepSeconds.toFixed(0)} s of start, under /raw load.`,
+      `/raw during the sweep: ${duringRps.toFixed(0)} req/s, worst p99 of 2 s windows ${worstP99} ms, errors ${during.reduce((s, r) => s + r.errors + r.non2xx, 0)}; after it: ${after.rps.toFixed(0)} req/s, p99 ${after.p99} ms.`,
+    );
+    if (remaining !== 0) failed = true;
+  } finally {
+    await sweeping.stop();
+  }
+} finally {
+  rmSync(dir, { recursive: true, force: true });
+}
+console.log(lines.join('\n'));
+process.exit(failed ? 1 : 0);

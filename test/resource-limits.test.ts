@@ -1,0 +1,629 @@
+/**
+ * Resource limits under hostile input (issue 7): compressed bodies that would expand past the
+ * limits, multipart forms with thousands of parts or huge part headers, slow headers and
+ * slow-dripped bodies (HEADERS_TIMEOUT_SECONDS, REQUEST_TIMEOUT_SECONDS), a burst of wrong
+ * passwords (argon2id behind a semaphore), and a 4 MB paste on /view (highlighting bounded).
+ *
+ * The server runs in this process, so process.memoryUsage().rss measures it; request bodies are
+ * streamed from one reused chunk so the client side adds almost nothing. Every test is bounded in
+ * time and talks only to 127.0.0.1.
+ */
+import assert from 'node:assert/strict';
+import net from 'node:net';
+import { after, before, describe, it } from 'node:test';
+import { deflateSync, gzipSync } from 'node:zlib';
+import { loadConfig } from '../src/config.js';
+import { MAX_HIGHLIGHT_BYTES } from '../src/http/web/highlight.js';
+import { Semaphore } from '../src/pastes/passwords.js';
+import { expectError, request, sqlText, startServer, type TestServer } from './helpers.js';
+
+const MiB = 1_048_576;
+
+/** The largest resident set seen while `task` runs, minus the one before (in MiB). */
+async function rssGrowth<T>(task: () => Promise<T>): Promise<{ result: T; growthMb: number; ms: number }> {
+  const start = process.memoryUsage().rss;
+  let peak = start;
+  const sampler = setInterval(() => {
+    peak = Math.max(peak, process.memoryUsage().rss);
+  }, 5);
+  const started = performance.now();
+  try {
+    const result = await task();
+    peak = Math.max(peak, process.memoryUsage().rss);
+    return { result, growthMb: (peak - start) / MiB, ms: performance.now() - started };
+  } finally {
+    clearInterval(sampler);
+  }
+}
+
+interface Streamed {
+  status: number | undefined;
+  body: string;
+  /** Bytes of the body handed to the socket before the answer came (or the end). */
+  written: number;
+  error: string | undefined;
+}
+
+/**
+ * POSTs a body produced chunk by chunk over a raw connection (chunked, unless a Content-Length is
+ * given), stopping at the first byte of an answer, and keeping every byte the server sent even
+ * when it then resets the connection (a refusal closes it while the body is still coming, and
+ * node:http would throw the answer away on EPIPE). Bounded by `timeoutMs`.
+ */
+function streamBody(
+  url: string,
+  headers: Record<string, string | number>,
+  chunks: () => Iterator<Buffer>,
+  timeoutMs = 20_000,
+): Promise<Streamed> {
+  return new Promise((resolve) => {
+    const target = new URL(url);
+    const chunked = !Object.keys(headers).some((name) => name.toLowerCase() === 'content-length');
+    const head = [
+      `POST ${target.pathname}${target.search} HTTP/1.1`,
+      `Host: ${target.host}`,
+      ...Object.entries(headers).map(([name, value]) => `${name}: ${value}`),
+      ...(chunked ? ['Transfer-Encoding: chunked'] : []),
+      '',
+      '',
+    ].join('\r\n');
+    let received = '';
+    let written = 0;
+    let error: string | undefined;
+    let settled = false;
+    const finish = () => {
+      if (settled) return;
+      settled = true;
+      clearTimeout(timer);
+      socket.destroy();
+      const status = /^HTTP\/1\.1 (\d{3})/.exec(received)?.[1];
+      const split = received.indexOf('\r\n\r\n');
+      resolve({
+        status: status ? Number(status) : undefined,
+        body: split === -1 ? '' : received.slice(split + 4),
+        written,
+        error,
+      });
+    };
+    const timer = setTimeout(() => {
+      error = 'timed out';
+      finish();
+    }, timeoutMs);
+    const socket = net.connect(Number(target.port), target.hostname);
+    const answered = () => received.length > 0;
+    socket.on('data', (data) => {
+      received += data.toString('utf8');
+      // A complete JSON answer with its Content-Length: done.
+      const length = /\r\ncontent-length: (\d+)/i.exec(received)?.[1];
+      const split = received.indexOf('\r\n\r\n');
+      if (length && split !== -1 && Buffer.byteLength(received.slice(split + 4)) >= Number(length)) finish();
+    });
+    socket.on('error', (err) => {
+      error = err.message;
+    });
+    socket.on('close', () => setTimeout(finish, 50));
+    const iterator = chunks();
+    const pump = () => {
+      while (!answered() && !socket.destroyed) {
+        const next = iterator.next();
+        if (next.done) {
+          if (chunked) socket.write('0\r\n\r\n');
+          return;
+        }
+        written += next.value.length;
+        const frame = chunked
+          ? Buffer.concat([Buffer.from(`${next.value.length.toString(16)}\r\n`), next.value, Buffer.from('\r\n')])
+          : next.value;
+        if (!socket.write(frame)) {
+          socket.once('drain', pump);
+          return;
+        }
+      }
+    };
+    socket.once('connect', () => {
+      socket.write(head);
+      pump();
+    });
+  });
+}
+
+function parseJson(text: string): any {
+  try {
+    return JSON.parse(text);
+  } catch {
+    return text;
+  }
+}
+
+const BOUNDARY = 'fastpaste-limits-boundary';
+const MULTIPART = `multipart/form-data; boundary=${BOUNDARY}`;
+const ONE_MIB = Buffer.alloc(MiB, 'a');
+
+function* multipartFields(count: number, mibEach: number, withFile = true): Generator<Buffer> {
+  for (let i = 0; i < count; i++) {
+    yield Buffer.from(`--${BOUNDARY}\r\nContent-Disposition: form-data; name="f${i}"\r\n\r\n`);
+    for (let j = 0; j < mibEach; j++) yield ONE_MIB;
+    yield Buffer.from(mibEach === 0 ? 'x\r\n' : '\r\n');
+  }
+  if (withFile) {
+    yield Buffer.from(
+      `--${BOUNDARY}\r\nContent-Disposition: form-data; name="file"; filename="a.txt"\r\n\r\nhello\r\n`,
+    );
+  }
+  yield Buffer.from(`--${BOUNDARY}--\r\n`);
+}
+
+function* filePartWithHeader(header: () => Generator<Buffer>): Generator<Buffer> {
+  yield Buffer.from(
+    `--${BOUNDARY}\r\nContent-Disposition: form-data; name="file"; filename="junk.txt"\r\nContent-Type: text/plain\r\n`,
+  );
+  yield* header();
+  yield Buffer.from(`\r\nhello from a part with a big header\r\n--${BOUNDARY}--\r\n`);
+}
+
+/** An answer that must be a 4xx D7 envelope (never a 500, never a dropped connection without one). */
+function assertRefused(result: Streamed, status: number, code: string, what: string): void {
+  assert.equal(result.status, status, `${what}: ${result.status} ${result.error ?? ''} ${result.body.slice(0, 300)}`);
+  expectError({ status: result.status as number, body: parseJson(result.body) }, status, code);
+}
+
+describe('resource limits', () => {
+  let server: TestServer;
+  let key: string;
+  before(async () => {
+    server = await startServer({ env: { ANON_HOURLY_LIMIT: '0' } });
+    key = await server.createKey({ name: 'limits' });
+  });
+  after(() => server.close());
+
+  const pasteCount = async () => Number((await server.sql<{ n: number }>('SELECT count(*) AS n FROM pastes'))[0]?.n);
+
+  describe('compressed bodies (Content-Encoding)', () => {
+    // quick-create-and-web.test.ts checks that a small gzip body is a 400 on two routes; here
+    // bombs that would expand far past the limits, every route that takes a body, and every
+    // spelling of an encoding.
+    it('a gzip or deflate bomb (32 MiB of zeros in a few KB) is refused with 400 on every route, unread and unstored', async (t) => {
+      const target = await request(`${server.url}/api/v1/paste`, {
+        method: 'POST',
+        headers: { 'x-api-key': key },
+        json: { content: 'the paste a PUT would change' },
+      });
+      const id = target.body.data.paste_id as string;
+      const [before] = await server.sql(`SELECT * FROM pastes WHERE id = ${sqlText(id)}`);
+      const count = await pasteCount();
+      const zeros = Buffer.alloc(32 * MiB);
+      const bombs: Array<[string, Buffer]> = [
+        ['gzip', gzipSync(zeros)],
+        ['x-gzip', gzipSync(zeros)],
+        ['deflate', deflateSync(zeros)],
+        ['br', gzipSync(zeros)],
+        ['GZIP', gzipSync(zeros)],
+        ['gzip, identity', gzipSync(zeros)],
+        ['identity, gzip', gzipSync(zeros)],
+      ];
+      const routes: Array<[string, string, Record<string, string>]> = [
+        ['POST', '/api/v1/paste', { 'x-api-key': key, 'content-type': 'application/json' }],
+        ['POST', '/api/v1/paste', { 'x-api-key': key, 'content-type': MULTIPART }],
+        ['PUT', `/api/v1/paste/${id}`, { 'x-api-key': key, 'content-type': 'application/json' }],
+        ['POST', '/api/v1/cli', { 'content-type': 'text/plain' }],
+        ['POST', '/api/v1/cli', { 'x-api-key': key, 'content-type': 'application/x-www-form-urlencoded' }],
+        ['POST', `/view/${id}`, { 'content-type': 'application/x-www-form-urlencoded' }],
+      ];
+      const { growthMb, ms } = await rssGrowth(async () => {
+        for (const [encoding, bomb] of bombs) {
+          for (const [method, path, headers] of routes) {
+            const answer = await request(`${server.url}${path}`, {
+              method,
+              headers: { ...headers, 'content-encoding': encoding },
+              body: new Uint8Array(bomb),
+            });
+            expectError(answer, 400, 'invalid_request');
+          }
+        }
+      });
+      t.diagnostic(
+        `${bombs.length * routes.length} compressed bombs refused in ${Math.round(ms)} ms, RSS +${growthMb.toFixed(1)} MiB`,
+      );
+      assert.ok(bombs[0] && bombs[0][1].length < 64 * 1024, 'the bomb is small on the wire');
+      assert.equal(await pasteCount(), count, 'nothing was stored');
+      assert.deepEqual((await server.sql(`SELECT * FROM pastes WHERE id = ${sqlText(id)}`))[0], before);
+      assert.ok(ms < 5_000, `${bombs.length * routes.length} refusals took ${Math.round(ms)} ms`);
+      assert.ok(growthMb < 32, `memory grew by ${growthMb.toFixed(1)} MiB: a bomb was inflated`);
+    });
+
+    it('Content-Encoding: identity is a plain body (the control)', async () => {
+      const answer = await request(`${server.url}/api/v1/paste`, {
+        method: 'POST',
+        headers: { 'x-api-key': key, 'content-encoding': 'identity' },
+        json: { content: 'not compressed at all' },
+      });
+      assert.equal(answer.status, 201, answer.text);
+    });
+  });
+
+  describe('multipart forms', () => {
+    it('20,000 fields, 20,000 bare parts or 5,000 files are refused with a 400 envelope, quickly and in little memory', async () => {
+      const count = await pasteCount();
+      const cases: Array<[string, () => Generator<Buffer>, RegExp]> = [
+        ['20,000 fields', () => multipartFields(20_000, 0), /too many/],
+        [
+          '20,000 parts without headers',
+          function* () {
+            for (let i = 0; i < 20_000; i++) yield Buffer.from(`--${BOUNDARY}\r\n\r\n\r\n`);
+            yield Buffer.from(`--${BOUNDARY}--\r\n`);
+          },
+          /too many|could not be read/,
+        ],
+        [
+          '5,000 files',
+          function* () {
+            for (let i = 0; i < 5_000; i++) {
+              yield Buffer.from(
+                `--${BOUNDARY}\r\nContent-Disposition: form-data; name="file"; filename="f${i}.txt"\r\n\r\nabc\r\n`,
+              );
+            }
+            yield Buffer.from(`--${BOUNDARY}--\r\n`);
+          },
+          /one file/,
+        ],
+      ];
+      for (const path of ['/api/v1/paste', '/api/v1/cli']) {
+        for (const [what, body, message] of cases) {
+          const { result, growthMb, ms } = await rssGrowth(() =>
+            streamBody(`${server.url}${path}`, { 'x-api-key': key, 'content-type': MULTIPART }, body),
+          );
+          assertRefused(result, 400, 'invalid_request', `${path} ${what}`);
+          if (path === '/api/v1/paste' || !what.includes('files')) {
+            assert.match(parseJson(result.body).message, message, `${path} ${what}`);
+          }
+          assert.ok(ms < 3_000, `${path} ${what}: ${Math.round(ms)} ms`);
+          assert.ok(growthMb < 48, `${path} ${what}: memory grew by ${growthMb.toFixed(1)} MiB`);
+        }
+      }
+      assert.equal(await pasteCount(), count, 'nothing was stored');
+    });
+
+    it('a part with 5,000 header lines or a 9 MiB header line: never a 500, headers kept bounded (16 pairs, 80 KB), memory small', async () => {
+      const cases: Array<[string, () => Generator<Buffer>]> = [
+        [
+          '5,000 header lines',
+          function* () {
+            for (let i = 0; i < 5_000; i++) yield Buffer.from(`X-Header-${i}: value\r\n`);
+          },
+        ],
+        [
+          'a 9 MiB header line',
+          function* () {
+            yield Buffer.from('X-Junk: ');
+            for (let i = 0; i < 9; i++) yield ONE_MIB;
+            yield Buffer.from('\r\n');
+          },
+        ],
+      ];
+      for (const [what, header] of cases) {
+        const count = await pasteCount();
+        const { result, growthMb, ms } = await rssGrowth(() =>
+          streamBody(`${server.url}/api/v1/paste`, { 'x-api-key': key, 'content-type': MULTIPART }, () =>
+            filePartWithHeader(header),
+          ),
+        );
+        assert.ok(
+          result.status === 201 || result.status === 400,
+          `${what}: ${result.status} ${result.body.slice(0, 200)}`,
+        );
+        if (result.status === 400) {
+          assertRefused(result, 400, 'invalid_request', what);
+          assert.equal(await pasteCount(), count);
+        } else {
+          // Accepted: the junk header went nowhere; the stored paste is the part's text only.
+          const id = parseJson(result.body).data.paste_id as string;
+          const [row] = await server.sql<{ content: string }>(`SELECT content FROM pastes WHERE id = ${sqlText(id)}`);
+          assert.equal(row?.content, 'hello from a part with a big header');
+        }
+        assert.ok(ms < 3_000, `${what}: ${Math.round(ms)} ms`);
+        assert.ok(growthMb < 48, `${what}: memory grew by ${growthMb.toFixed(1)} MiB`);
+      }
+    });
+
+    it('a chunked multipart form of 24 fields of 4 MiB (96 MiB, no Content-Length) is refused before it is all held in memory', {}, async () => {
+      const { result, growthMb } = await rssGrowth(() =>
+        streamBody(`${server.url}/api/v1/paste`, { 'x-api-key': key, 'content-type': MULTIPART }, () =>
+          multipartFields(24, 4),
+        ),
+      );
+      // A client still writing when the connection is closed may meet the reset before it reads
+      // the 413 (the known limit of closing on a body not read to its end): either counts.
+      assert.ok(
+        result.status === 413 || (result.status === undefined && result.error !== 'timed out'),
+        `${result.status} ${result.error} ${result.body.slice(0, 200)}`,
+      );
+      assert.ok(growthMb < 48, `memory grew by ${growthMb.toFixed(1)} MiB`);
+      assert.ok(result.written < 32 * MiB, `${(result.written / MiB).toFixed(0)} MiB were read before the answer`);
+    });
+
+    it('a chunked multipart part header of 200 MiB is cut off long before its end', {}, async () => {
+      const result = await streamBody(
+        `${server.url}/api/v1/paste`,
+        { 'x-api-key': key, 'content-type': MULTIPART },
+        () =>
+          filePartWithHeader(function* () {
+            yield Buffer.from('X-Junk: ');
+            for (let i = 0; i < 200; i++) yield ONE_MIB;
+            yield Buffer.from('\r\n');
+          }),
+      );
+      assert.ok(
+        result.status === 400 || result.status === 413 || (result.status === undefined && result.error !== 'timed out'),
+        `${result.status} ${result.error} ${result.body.slice(0, 200)}`,
+      );
+      assert.ok(result.written < 32 * MiB, `${(result.written / MiB).toFixed(0)} MiB were read before the answer`);
+    });
+  });
+
+  describe('wrong passwords in a burst (D13)', () => {
+    it('50 parallel wrong guesses: each is 403 wrong_password or 429 too_many_attempts, at most 10 wrong_password, memory bounded', async (t) => {
+      const created = await request(`${server.url}/api/v1/paste`, {
+        method: 'POST',
+        headers: { 'x-api-key': key },
+        json: { content: 'guarded by argon2id', password: 'correct horse battery staple' },
+      });
+      const id = created.body.data.paste_id as string;
+      const {
+        result: answers,
+        growthMb,
+        ms,
+      } = await rssGrowth(() =>
+        Promise.all(
+          Array.from({ length: 50 }, (_, i) =>
+            request(`${server.url}/raw/${id}`, { headers: { 'x-paste-password': `wrong guess ${i}` } }),
+          ),
+        ),
+      );
+      let wrong = 0;
+      for (const answer of answers) {
+        if (answer.status === 403) {
+          expectError(answer, 403, 'wrong_password');
+          wrong++;
+        } else {
+          expectError(answer, 429, 'too_many_attempts');
+          assert.match(answer.headers.get('retry-after') ?? '', /^\d+$/);
+        }
+      }
+      t.diagnostic(
+        `50 parallel wrong passwords: ${Math.round(ms)} ms, RSS +${growthMb.toFixed(1)} MiB, ${wrong} wrong_password`,
+      );
+      assert.ok(wrong >= 1 && wrong <= 10, `${wrong} answered wrong_password`);
+      // argon2id costs 19 MiB per hash; the semaphore lets two run at once (50 at once would be ~1 GB).
+      assert.ok(growthMb < 160, `memory grew by ${growthMb.toFixed(1)} MiB`);
+      assert.ok(ms < 30_000, `${Math.round(ms)} ms`);
+      // The paste is still there, and still protected.
+      const [row] = await server.sql<{ password_hash: string }>(
+        `SELECT password_hash FROM pastes WHERE id = ${sqlText(id)}`,
+      );
+      assert.match(row?.password_hash ?? '', /^\$argon2id\$/);
+      expectError(await request(`${server.url}/raw/${id}`), 403, 'password_protected');
+    });
+
+    it('a burst cannot try more than 10 passwords: the right one sent as the 50th of a burst is refused', {}, async () => {
+      const password = 'the right one';
+      const created = await request(`${server.url}/api/v1/paste`, {
+        method: 'POST',
+        headers: { 'x-api-key': key },
+        json: { content: 'guessable in a burst?', password },
+      });
+      const id = created.body.data.paste_id as string;
+      const answers = await Promise.all(
+        Array.from({ length: 50 }, (_, i) =>
+          request(`${server.url}/raw/${id}`, { headers: { 'x-paste-password': i === 49 ? password : `wrong ${i}` } }),
+        ),
+      );
+      assert.equal(answers.filter((a) => a.status === 403).length, 10);
+      expectError(answers[49] as Awaited<ReturnType<typeof request>>, 429, 'too_many_attempts');
+    });
+
+    it('the semaphore lets no more than its limit run at once', async () => {
+      const semaphore = new Semaphore(2);
+      let running = 0;
+      let most = 0;
+      await Promise.all(
+        Array.from({ length: 20 }, () =>
+          semaphore.run(async () => {
+            running++;
+            most = Math.max(most, running);
+            await new Promise((resolve) => setTimeout(resolve, 5));
+            running--;
+          }),
+        ),
+      );
+      assert.equal(most, 2);
+    });
+  });
+
+  describe('a 4 MB paste on /view', () => {
+    it(`is answered within 5 s, not highlighted above ${MAX_HIGHLIGHT_BYTES / 1024} KiB, and escaped`, async (t) => {
+      const line = 'const answer = a < b && c > d ? "<tag>" : \'&amp;\'; // 4 MB of code\n';
+      const content = line.repeat(Math.floor((4 * MiB - 1) / line.length));
+      const created = await request(`${server.url}/api/v1/paste`, {
+        method: 'POST',
+        headers: { 'x-api-key': key },
+        json: { content, language: 'javascript' },
+      });
+      assert.equal(created.status, 201, created.text);
+      const id = created.body.data.paste_id as string;
+      const started = performance.now();
+      const page = await request(`${server.url}/view/${id}`);
+      const ms = performance.now() - started;
+      t.diagnostic(
+        `4 MB JavaScript on /view: ${Math.round(ms)} ms, ${(page.text.length / MiB).toFixed(1)} MiB of HTML`,
+      );
+      assert.equal(page.status, 200);
+      assert.ok(ms < 5_000, `${Math.round(ms)} ms`);
+      assert.ok(!page.text.includes('class="hljs-'), 'a paste over the bound is not highlighted');
+      assert.ok(!page.text.includes('"<tag>"'), 'the content is escaped');
+      assert.ok(page.text.includes('&quot;&lt;tag&gt;&quot;'));
+    });
+
+    it('the largest paste still highlighted is answered within 10 s; a second view comes from the cache', async (t) => {
+      const line = 'function f(a, b) { return a < b ? "x" : [a, b].join(); } // highlighted\n';
+      const content = line.repeat(Math.floor(MAX_HIGHLIGHT_BYTES / line.length));
+      const created = await request(`${server.url}/api/v1/paste`, {
+        method: 'POST',
+        headers: { 'x-api-key': key },
+        json: { content, language: 'javascript' },
+      });
+      const id = created.body.data.paste_id as string;
+      let started = performance.now();
+      const first = await request(`${server.url}/view/${id}`);
+      const firstMs = performance.now() - started;
+      started = performance.now();
+      const second = await request(`${server.url}/view/${id}`);
+      const secondMs = performance.now() - started;
+      t.diagnostic(
+        `${(content.length / 1024).toFixed(0)} KiB highlighted: first view ${Math.round(firstMs)} ms, second ${Math.round(secondMs)} ms`,
+      );
+      assert.equal(first.status, 200);
+      assert.ok(first.text.includes('class="hljs-'), 'highlighted');
+      // About a second here, alone; a bound with room for a loaded machine.
+      assert.ok(firstMs < 10_000, `${Math.round(firstMs)} ms`);
+      assert.equal(second.status, 200);
+      assert.ok(secondMs < firstMs, 'the second view is cheaper');
+    });
+
+    it('4 MB of characters that all need escaping is answered within 5 s', async (t) => {
+      const content = `<&>"'`.repeat(Math.floor((4 * MiB - 1) / 5));
+      const created = await request(`${server.url}/api/v1/paste`, {
+        method: 'POST',
+        headers: { 'x-api-key': key },
+        json: { content, language: 'xml' },
+      });
+      assert.equal(created.status, 201, created.text);
+      const started = performance.now();
+      const page = await request(`${server.url}/view/${created.body.data.paste_id}`);
+      const ms = performance.now() - started;
+      t.diagnostic(`4 MB of <&>"' on /view: ${Math.round(ms)} ms, ${(page.text.length / MiB).toFixed(1)} MiB of HTML`);
+      assert.equal(page.status, 200);
+      assert.ok(ms < 5_000, `${Math.round(ms)} ms`);
+      assert.ok(!page.text.includes(`<&>"'<&>`), 'escaped');
+    });
+
+    it('views of a 4 MB paste of markup do not hold up other requests: /healthz answers within 500 ms meanwhile', {}, async () => {
+      const content = `<&>"'`.repeat(Math.floor((4 * MiB - 1) / 5));
+      const created = await request(`${server.url}/api/v1/paste`, {
+        method: 'POST',
+        headers: { 'x-api-key': key },
+        json: { content, language: 'xml', public: true },
+      });
+      const id = created.body.data.paste_id as string;
+      const views = Array.from({ length: 4 }, () => request(`${server.url}/view/${id}`));
+      await new Promise((resolve) => setTimeout(resolve, 20));
+      const started = performance.now();
+      const health = await request(`${server.url}/healthz`);
+      const ms = performance.now() - started;
+      await Promise.all(views);
+      assert.equal(health.status, 200);
+      assert.ok(ms < 500, `/healthz took ${Math.round(ms)} ms`);
+    });
+  });
+});
+
+// =============================================================================================
+// Slow clients: HEADERS_TIMEOUT_SECONDS and REQUEST_TIMEOUT_SECONDS
+// =============================================================================================
+
+/**
+ * Opens a connection, writes `head`, then `drip` every `everyMs` until the server closes the
+ * connection (or `giveUpMs` passes). Resolves with when it closed and what the server sent.
+ */
+function slowClient(
+  port: number,
+  head: string,
+  drip: string,
+  everyMs: number,
+  giveUpMs: number,
+): Promise<{ closedAfterMs: number | null; answer: string; dripped: number }> {
+  return new Promise((resolve) => {
+    const started = performance.now();
+    let answer = '';
+    let dripped = 0;
+    let closedAfterMs: number | null = null;
+    const socket = net.connect(port, '127.0.0.1', () => socket.write(head));
+    const dripper = setInterval(() => {
+      if (!socket.destroyed && socket.writable) {
+        socket.write(drip);
+        dripped++;
+      }
+    }, everyMs);
+    const giveUp = setTimeout(() => socket.destroy(), giveUpMs);
+    socket.on('data', (data) => {
+      answer += data.toString('latin1');
+    });
+    socket.on('error', () => {});
+    socket.on('close', () => {
+      closedAfterMs = performance.now() - started;
+      if (closedAfterMs >= giveUpMs - 5) closedAfterMs = null; // we closed it, not the server
+      clearInterval(dripper);
+      clearTimeout(giveUp);
+      resolve({ closedAfterMs, answer, dripped });
+    });
+  });
+}
+
+describe('slow clients are cut off (HEADERS_TIMEOUT_SECONDS, REQUEST_TIMEOUT_SECONDS)', () => {
+  let server: TestServer;
+  let port: number;
+  before(async () => {
+    server = await startServer({
+      env: { HEADERS_TIMEOUT_SECONDS: '1', REQUEST_TIMEOUT_SECONDS: '2', ANON_HOURLY_LIMIT: '0' },
+    });
+    port = Number(new URL(server.url).port);
+  });
+  after(() => server.close());
+
+  it('the defaults are 30 s for headers and 120 s for the whole request; headers may not outlast the request', () => {
+    const config = loadConfig({});
+    assert.equal(config.headersTimeoutMs, 30_000);
+    assert.equal(config.requestTimeoutMs, 120_000);
+    assert.throws(
+      () => loadConfig({ HEADERS_TIMEOUT_SECONDS: '60', REQUEST_TIMEOUT_SECONDS: '30' }),
+      /HEADERS_TIMEOUT_SECONDS/,
+    );
+    for (const bad of ['0', 'soon', '-5']) {
+      assert.throws(() => loadConfig({ REQUEST_TIMEOUT_SECONDS: bad }), /REQUEST_TIMEOUT_SECONDS/);
+    }
+  });
+
+  it('headers dripped one line at a time are cut off after the headers time-out (1 s)', async () => {
+    const result = await slowClient(port, 'GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n', 'X-Slow: 1\r\n', 100, 8_000);
+    assert.ok(result.closedAfterMs !== null, `the server never closed the connection (${result.dripped} lines sent)`);
+    assert.ok(result.closedAfterMs >= 900, `closed after ${Math.round(result.closedAfterMs)} ms: too early`);
+    assert.ok(result.closedAfterMs < 3_000, `closed after ${Math.round(result.closedAfterMs)} ms`);
+    assert.doesNotMatch(result.answer, /HTTP\/1\.1 200/, 'the request was never served');
+  });
+
+  it('a body dripped one byte at a time is cut off after the request time-out (2 s), and nothing is stored', async () => {
+    const count = Number((await server.sql<{ n: number }>('SELECT count(*) AS n FROM pastes'))[0]?.n);
+    const head =
+      'POST /api/v1/cli HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: text/plain\r\nContent-Length: 100000\r\n\r\nslow';
+    const result = await slowClient(port, head, 'x', 100, 10_000);
+    assert.ok(result.closedAfterMs !== null, `the server never closed the connection (${result.dripped} bytes sent)`);
+    assert.ok(result.closedAfterMs >= 1_900, `closed after ${Math.round(result.closedAfterMs)} ms: too early`);
+    assert.ok(result.closedAfterMs < 5_000, `closed after ${Math.round(result.closedAfterMs)} ms`);
+    assert.doesNotMatch(result.answer, /HTTP\/1\.1 201/);
+    assert.equal(Number((await server.sql<{ n: number }>('SELECT count(*) AS n FROM pastes'))[0]?.n), count);
+  });
+
+  it('a client that sends nothing at all is cut off after the headers time-out too', async () => {
+    const result = await slowClient(port, '', '', 10_000, 8_000);
+    assert.ok(result.closedAfterMs !== null, 'the server never closed the idle connection');
+    assert.ok(result.closedAfterMs < 3_000, `closed after ${Math.round(result.closedAfterMs)} ms`);
+  });
+
+  it('the server still answers normally afterwards (the control)', async () => {
+    const answer = await request(`${server.url}/api/v1/cli`, {
+      method: 'POST',
+      headers: { 'content-type': 'text/plain' },
+      body: 'a quick paste',
+    });
+    assert.equal(answer.status, 201, answer.text);
+  });
+});
