@@ -11,6 +11,7 @@ import type { Config } from './config.js';
 import { AppError } from './errors.js';
 import { registerCliRoutes } from './http/api/cli-routes.js';
 import { registerPasteRoutes } from './http/api/paste-routes.js';
+import { answerClientError, answerUnmetExpectations } from './http/client-errors.js';
 import { sendError } from './http/error-presenter.js';
 import { FastLane, serverWithFastLane } from './http/fast-lane.js';
 import { type NotFoundThrottle, registerNotFoundThrottle } from './http/not-found-throttle.js';
@@ -96,6 +97,8 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
       requestTimeout: config.requestTimeoutMs,
       headersTimeout: config.headersTimeoutMs,
       connectionsCheckingInterval: Math.min(5_000, Math.max(250, Math.floor(config.headersTimeoutMs / 4))),
+      // A request without Host is answered by the routes (in the envelope), not by Node's bare 400.
+      requireHostHeader: false,
     },
     connectionTimeout: 0,
     keepAliveTimeout: 10_000,
@@ -104,6 +107,8 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     // A path the router cannot even decode (bad percent-encoding, a parameter past the length
     // limit) names no paste: 404 in the envelope like any other unknown address.
     frameworkErrors: (error, request, reply) => sendError(request, reply, error),
+    // What Node's parser refuses before any route runs still gets the envelope (client-errors.ts).
+    clientErrorHandler: answerClientError,
   });
 
   // The routes known for each method, to tell a wrong method (405 with Allow) from a wrong path.
@@ -127,6 +132,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     }
   });
 
+  answerUnmetExpectations(app.server);
   app.addHook('preClose', (done) => {
     lane.closing = true;
     done();
