@@ -9,7 +9,7 @@
  * a page read while pastes are being added may then be off by the ones added).
  * Concurrent requests share one computation.
  */
-import type { ListPosition, PasteRepository, PasteSummary } from '../storage/paste-repository.js';
+import type { ListPosition, OwnedListItem, PasteRepository } from '../storage/paste-repository.js';
 
 const KEEP_MS = 1000;
 const MAX_OWNERS = 10_000;
@@ -34,7 +34,7 @@ export class OwnerListing {
   }
 
   /** Live pastes `offset` to `offset + limit` of the owner, newest first. */
-  async page(ownerKeyId: string, now: number, limit: number, offset: number): Promise<PasteSummary[]> {
+  async page(ownerKeyId: string, now: number, limit: number, offset: number): Promise<OwnedListItem[]> {
     if (offset < ANCHOR_SPACING) return this.pastes.pageOwned(ownerKeyId, now, limit, offset);
     const entry = this.entry(ownerKeyId, now);
     if (entry.anchors === null) {

@@ -3,7 +3,7 @@
  * answers show (and, later, the webhook body), with every address built from BASE_URL.
  */
 import { formatTimestamp } from '../clock.js';
-import type { PasteSummary } from '../storage/paste-repository.js';
+import type { OwnedListItem } from '../storage/paste-repository.js';
 import { isDownloadable, type Paste } from './paste.js';
 
 const timestamp = (ms: number | null): string | null => (ms === null ? null : formatTimestamp(ms));
@@ -64,7 +64,7 @@ export class PastePresenter {
   }
 
   /** An element of GET /api/v1/pastes. */
-  listItem(paste: PasteSummary) {
+  listItem(paste: OwnedListItem) {
     return {
       paste_id: paste.id,
       url: this.viewUrl(paste.id),
@@ -76,7 +76,7 @@ export class PastePresenter {
       expires_at: timestamp(paste.expiresAt),
       view_count: paste.viewCount,
       encrypted: paste.encrypted,
-      downloadable: isDownloadable(paste as Paste),
+      downloadable: isDownloadable(paste),
     };
   }
 

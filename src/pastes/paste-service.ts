@@ -8,7 +8,7 @@ import { RateLimiterMemory, RateLimiterRes } from 'rate-limiter-flexible';
 import type { Clock } from '../clock.js';
 import { AppError, notFound } from '../errors.js';
 import type { ApiKey } from '../keys/key-service.js';
-import type { PasteChanges, PasteRepository, PasteSummary } from '../storage/paste-repository.js';
+import type { OwnedListItem, PasteChanges, PasteRepository, PasteSummary } from '../storage/paste-repository.js';
 import type { WebhookOutbox } from '../webhooks/webhook-outbox.js';
 import { expiresAt } from './expiry.js';
 import { detectLanguage } from './language.js';
@@ -261,7 +261,7 @@ export class PasteService {
   }
 
   /** The caller's live pastes, newest first (D15). */
-  async list(ownerKeyId: string, page: number, limit: number): Promise<{ items: PasteSummary[]; total: number }> {
+  async list(ownerKeyId: string, page: number, limit: number): Promise<{ items: OwnedListItem[]; total: number }> {
     const now = this.clock();
     const [items, total] = await Promise.all([
       this.listing.page(ownerKeyId, now, limit, (page - 1) * limit),

@@ -25,7 +25,7 @@ export interface Paste {
 }
 
 /** A non-encrypted paste is always downloadable (D16). */
-export function isDownloadable(paste: Paste): boolean {
+export function isDownloadable(paste: Pick<Paste, 'encrypted' | 'downloadable'>): boolean {
   return !paste.encrypted || paste.downloadable;
 }
 

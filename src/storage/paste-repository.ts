@@ -110,6 +110,49 @@ const SUMMARY_COLUMNS = [
   'creator_ip',
 ] as const;
 
+/** What an owner's list shows of each paste (the list endpoint, D15). */
+export type OwnedListItem = Pick<
+  Paste,
+  | 'id'
+  | 'title'
+  | 'contentType'
+  | 'language'
+  | 'fileSize'
+  | 'createdAt'
+  | 'expiresAt'
+  | 'viewCount'
+  | 'encrypted'
+  | 'downloadable'
+>;
+
+const LIST_COLUMNS = [
+  'id',
+  'title',
+  'content_type',
+  'language',
+  'file_size',
+  'created_at',
+  'expires_at',
+  'view_count',
+  'encrypted',
+  'downloadable',
+] as const;
+
+function toListItem(row: Pick<PasteRow, (typeof LIST_COLUMNS)[number]>): OwnedListItem {
+  return {
+    id: row.id,
+    title: row.title,
+    contentType: row.content_type,
+    language: row.language,
+    fileSize: row.file_size,
+    createdAt: row.created_at,
+    expiresAt: row.expires_at,
+    viewCount: row.view_count,
+    encrypted: row.encrypted === 1,
+    downloadable: row.downloadable === 1,
+  };
+}
+
 function toSummary(row: Omit<PasteRow, 'content' | 'password_hash'>): PasteSummary {
   const { content: _c, passwordHash: _p, ...summary } = toPaste({ ...row, content: '', password_hash: null });
   return summary;
@@ -159,6 +202,8 @@ const SAMPLE: Paste = {
 
 export class PasteRepository {
   private readonly findLiveQuery;
+  private readonly pageQuery;
+  private readonly pageAfterQuery;
   private pending: PendingInsert[] = [];
   /** On SQLite, the insert prepared once and run on the handle directly (see commitNow). */
   private readonly insertStatement: BetterSqlite3.Statement | null = null;
@@ -181,6 +226,22 @@ export class PasteRepository {
           .selectAll()
           .where('id', '=', id)
           .where((eb) => eb.or([eb('expires_at', 'is', null), eb('expires_at', '>', now)])),
+      sqlite,
+    );
+    const first = this.buildPageQuery(false);
+    this.pageQuery = preparedQuery(
+      db,
+      ['string', 'number', 'string', 'number', 'number', 'number'],
+      first,
+      sqlite,
+      [2, 3],
+    );
+    const after = this.buildPageQuery(true);
+    this.pageAfterQuery = preparedQuery(
+      db,
+      ['string', 'number', 'number', 'string', 'number', 'number'],
+      (owner: string, now: number, createdAt: number, id: string, limit: number, offset: number) =>
+        after(owner, now, id, createdAt, limit, offset),
       sqlite,
     );
     if (sqlite) {
@@ -361,23 +422,32 @@ export class PasteRepository {
     limit: number,
     offset: number,
     after: ListPosition | null = null,
-  ): Promise<PasteSummary[]> {
-    const rows = await this.db
-      .selectFrom('pastes')
-      .select(SUMMARY_COLUMNS)
-      .where('id', 'in', (eb) => {
-        let ids = eb
-          .selectFrom('pastes')
-          .select('id')
-          .where('owner_key_id', '=', ownerKeyId)
-          .where((w) => w.or([w('expires_at', 'is', null), w('expires_at', '>', now)]));
-        if (after) ids = ids.where((w) => w(w.refTuple('created_at', 'id'), '<', w.tuple(after.createdAt, after.id)));
-        return ids.orderBy('created_at', 'desc').orderBy('id', 'desc').limit(limit).offset(offset);
-      })
-      .orderBy('created_at', 'desc')
-      .orderBy('id', 'desc')
-      .execute();
-    return rows.map(toSummary);
+  ): Promise<OwnedListItem[]> {
+    const rows = after
+      ? await this.pageAfterQuery(ownerKeyId, now, after.createdAt, after.id, limit, offset)
+      : await this.pageQuery(ownerKeyId, now, '', 0, limit, offset);
+    return rows.map(toListItem);
+  }
+
+  /** The page query, with or without a starting position (built and compiled once each). */
+  private buildPageQuery(withStart: boolean) {
+    return (ownerKeyId: string, now: number, afterId: string, afterCreatedAt: number, limit: number, offset: number) =>
+      this.db
+        .selectFrom('pastes')
+        .select(LIST_COLUMNS)
+        .where('id', 'in', (eb) => {
+          let ids = eb
+            .selectFrom('pastes')
+            .select('id')
+            .where('owner_key_id', '=', ownerKeyId)
+            .where((w) => w.or([w('expires_at', 'is', null), w('expires_at', '>', now)]));
+          if (withStart) {
+            ids = ids.where((w) => w(w.refTuple('created_at', 'id'), '<', w.tuple(afterCreatedAt, afterId)));
+          }
+          return ids.orderBy('created_at', 'desc').orderBy('id', 'desc').limit(limit).offset(offset);
+        })
+        .orderBy('created_at', 'desc')
+        .orderBy('id', 'desc');
   }
 
   /**
