@@ -103,33 +103,51 @@ export async function startBenchServer(env: Record<string, string> = {}): Promis
     if (Date.now() > deadline) throw new Error('server did not start');
     await new Promise((r) => setTimeout(r, 100));
   }
-  let peak = 0;
-  const sample = () => {
-    try {
-      const status = readFileSync(`/proc/${serverPid(child)}/status`, 'utf8');
-      const kb = Number(/VmRSS:\s+(\d+)/.exec(status)?.[1] ?? 0);
-      peak = Math.max(peak, kb / 1024);
-    } catch {}
-  };
-  const sampler = setInterval(sample, 100);
+  const rss = watchRss(serverPid(child));
   return {
     url,
     dir,
     databaseUrl,
     process: child,
-    peakRssMb: () => {
-      sample();
-      return peak;
-    },
-    resetPeak: () => {
-      peak = 0;
-    },
+    peakRssMb: rss.peakMb,
+    resetPeak: rss.reset,
     async stop() {
-      clearInterval(sampler);
+      rss.stop();
       child.kill('SIGTERM');
       await new Promise((r) => child.once('exit', r));
       rmSync(dir, { recursive: true, force: true });
     },
+  };
+}
+
+export interface RssWatch {
+  /** Highest resident set size seen so far, in MB. */
+  peakMb(): number;
+  reset(): void;
+  stop(): void;
+}
+
+/** Samples a process's resident set size from /proc every 100 ms and keeps the highest. */
+export function watchRss(pid: number): RssWatch {
+  let peak = 0;
+  const sample = () => {
+    try {
+      const status = readFileSync(`/proc/${pid}/status`, 'utf8');
+      const kb = Number(/VmRSS:\s+(\d+)/.exec(status)?.[1] ?? 0);
+      peak = Math.max(peak, kb / 1024);
+    } catch {}
+  };
+  const sampler = setInterval(sample, 100);
+  sampler.unref();
+  return {
+    peakMb: () => {
+      sample();
+      return peak;
+    },
+    reset: () => {
+      peak = 0;
+    },
+    stop: () => clearInterval(sampler),
   };
 }
 
