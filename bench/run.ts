@@ -3,7 +3,7 @@
  * run, server pinned to core 0 and load from core 1 (autocannon, 50 connections, a warm-up,
  * then N seconds a scenario). Prints one table: scenario, req/s, p50, p99, errors, peak RSS of
  * the server, and the ratio to the baseline measured in the same run. 127.0.0.1 only; bounded.
- * Usage: npm run bench [-- --seconds 10] [--db sqlite|postgres] [--markdown FILE] [--only 'text of a scenario name']
+ * Usage: npm run bench [-- --seconds 10] [--db sqlite|postgres] [--redis redis://127.0.0.1:6379] [--markdown FILE] [--only 'text of a scenario name']
  * --db postgres uses BENCH_DATABASE_URL (or TEST_DATABASE_URL, or postgres://postgres@127.0.0.1:5432/test),
  * a fresh schema for each side, dropped at the end.
  */
@@ -52,6 +52,8 @@ const PYTHON = Array.from(
   .slice(0, 10 * 1024);
 
 const DB = option('db', 'sqlite');
+/** A Redis URL for the quota counters (as instances sharing PostgreSQL use it); none by default. */
+const REDIS = option('redis', '');
 if (DB !== 'sqlite' && DB !== 'postgres') throw new Error('--db sqlite|postgres');
 /** The PostgreSQL database the postgres run uses (a fresh schema in it for each side). */
 const PG_URL =
@@ -200,7 +202,11 @@ for (let i = 0; i < 100; i++) {
 }
 
 // ---- fastpaste on a seeded database -----------------------------------------------------
-const server = await startBenchServer({ ANON_HOURLY_LIMIT: '0', DATABASE_URL: await backend.fastpasteUrl() });
+const server = await startBenchServer({
+  ANON_HOURLY_LIMIT: '0',
+  DATABASE_URL: await backend.fastpasteUrl(),
+  ...(REDIS ? { REDIS_URL: REDIS } : {}),
+});
 const big = 1_000_000_000;
 const readerKey = createKey(server.databaseUrl, { hourly: big, daily: big, monthly: big });
 const listKey = createKey(server.databaseUrl, { hourly: big, daily: big, monthly: big });
@@ -316,7 +322,10 @@ for (const row of rows) {
     `| ${row.scenario} | ${fmt(row.result).join(' | ')} | ${row.peakMb.toFixed(0)} | ${row.baseline} | ${ratio.toFixed(2)} | ≥ ${row.goal} ${status} |`,
   );
 }
-table.push('', `Database: ${DB}. Peak RSS of the server through all scenarios: ${peak.toFixed(0)} MB (goal < 150).`);
+table.push(
+  '',
+  `Database: ${DB}${REDIS ? ' with Redis counters' : ''}. Peak RSS of the server through all scenarios: ${peak.toFixed(0)} MB (goal < 150).`,
+);
 const output = table.join('\n');
 console.log(output);
 if (MARKDOWN) writeFileSync(MARKDOWN, `${output}\n`);
