@@ -384,3 +384,34 @@ describe('large bodies a few at a time', () => {
     }
   });
 });
+
+describe('the expiry sweep', () => {
+  it('lets requests through between its batches and removes every expired paste', async () => {
+    const server = await startServer();
+    try {
+      const now = server.clock.read();
+      for (let chunk = 0; chunk < 6; chunk++) {
+        const values = Array.from({ length: 500 }, (_, i) => {
+          const id = `X${chunk}${String(i).padStart(5, '0')}`;
+          return `('${id}', NULL, 'x', 'text', 1, '${'a'.repeat(64)}', ${now - 10_000}, ${now - 1}, 0, 0, 0, 1, 0, 'api')`;
+        });
+        await server.sql(
+          `INSERT INTO pastes (id, owner_key_id, content, content_type, file_size, sha256, created_at, expires_at, view_count, burn_after_read, encrypted, downloadable, is_public, source) VALUES ${values.join(', ')}`,
+        );
+      }
+      let finished = false;
+      const sweeping = server.services.pastes.sweepExpired(50).then((removed) => {
+        finished = true;
+        return removed;
+      });
+      const health = await fetch(`${server.url}/healthz`);
+      assert.equal(health.status, 200);
+      assert.equal(finished, false, 'the request waited for the whole sweep');
+      assert.equal(await sweeping, 3000);
+      const [left] = await server.sql<{ n: number }>('SELECT COUNT(*) AS n FROM pastes');
+      assert.equal(Number(left?.n), 0);
+    } finally {
+      await server.close();
+    }
+  });
+});

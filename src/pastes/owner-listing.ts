@@ -2,11 +2,12 @@
  * What the list endpoint needs to know of an owner beyond one page, kept so that it is not
  * recomputed on every request: how many live pastes the owner has (`pagination.total`), and every
  * ANCHOR_SPACING-th position of the list, so that a page far down the list (page 1000 of 100,000
- * pastes) starts from the nearest anchor instead of skipping 20,000 entries. Both are computed in
- * one pass over the owner's index entries and kept for at most a second, never past the moment
- * the owner's next paste expires; this process's own creates, deletes, updates and burns drop
- * them at once. Another instance's changes show within a second (as with any offset paging,
- * a page read while pastes are being added may then be off by the ones added).
+ * pastes) starts from the nearest anchor instead of skipping 20,000 entries. Both are computed
+ * from the owner's index entries and kept never past the moment the owner's next paste expires;
+ * this process's own creates, deletes, updates and burns drop them at once. On SQLite (this
+ * process is the only writer) that is all; on PostgreSQL they are kept for at most a second, so
+ * another instance's changes show within a second (as with any offset paging, a page read while
+ * pastes are being added may then be off by the ones added).
  * Concurrent requests share one computation.
  */
 import type { ListPosition, OwnedListItem, PasteRepository } from '../storage/paste-repository.js';
@@ -57,7 +58,10 @@ export class OwnerListing {
     const cached = this.cache.get(ownerKeyId);
     if (cached && now >= cached.at && now < cached.until) return cached;
     if (this.cache.size >= MAX_OWNERS) this.cache.clear();
-    const entry: Entry = { at: now, until: now + KEEP_MS, total: Promise.resolve(0), anchors: null };
+    // When this process is the only writer (SQLite), nothing but its own changes (which drop the
+    // entry) and expiry can move the list: the entry is kept until one of those.
+    const keep = this.pastes.soleWriter ? Number.POSITIVE_INFINITY : KEEP_MS;
+    const entry: Entry = { at: now, until: now + keep, total: Promise.resolve(0), anchors: null };
     entry.total = this.pastes.countOwned(ownerKeyId, now).then(({ total, nextExpiry }) => {
       if (nextExpiry !== null) entry.until = Math.min(entry.until, nextExpiry);
       return total;

@@ -277,12 +277,14 @@ export class PasteService {
   }
 
   /** Removes every expired paste, in batches so that no statement holds the database long. */
-  async sweepExpired(batch = 1000): Promise<number> {
+  async sweepExpired(batch = 500): Promise<number> {
     let removed = 0;
     for (;;) {
       const count = await this.pastes.deleteExpired(this.clock(), batch);
       removed += count;
       if (count < batch) return removed;
+      // Requests go between batches: a sweep of a million rows must not hold the server.
+      await new Promise((resolve) => setImmediate(resolve));
     }
   }
 }

@@ -259,6 +259,11 @@ export class PasteRepository {
 
   private readonly sqlite: BetterSqlite3.Database | null = null;
 
+  /** True when this process is the only writer of the pastes (SQLite: one process owns the file). */
+  get soleWriter(): boolean {
+    return this.groupCommit;
+  }
+
   /**
    * Inserts the batch in one transaction run straight on the SQLite handle, with no wait between
    * statements; null when that cannot be done (PostgreSQL, an outbox entry to write in the same
