@@ -261,7 +261,7 @@ describe('graceful shutdown', () => {
       // The view counts held in memory were written.
       const [views] = await queryDatabase<{ view_count: number }>(
         db.url,
-        `SELECT view_count FROM pastes WHERE id = '${viewedId}'`,
+        `SELECT view_count + COALESCE((SELECT views FROM paste_views WHERE paste_id = pastes.id), 0) AS view_count FROM pastes WHERE id = '${viewedId}'`,
       );
       assert.equal(Number(views?.view_count), 3);
 

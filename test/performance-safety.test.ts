@@ -125,7 +125,9 @@ describe('counts held in memory', () => {
     await first.close();
     const second = await startServer({ databaseUrl: db.url, clock: first.clock });
     try {
-      const rows = await second.sql<{ id: string; view_count: number }>('SELECT id, view_count FROM pastes');
+      const rows = await second.sql<{ id: string; view_count: number }>(
+        'SELECT id, view_count + COALESCE((SELECT views FROM paste_views WHERE paste_id = pastes.id), 0) AS view_count FROM pastes',
+      );
       const counts = new Map(rows.map((row) => [row.id, Number(row.view_count)]));
       assert.deepEqual(
         ids.slice(0, 4).map((id) => counts.get(id)),
@@ -410,6 +412,39 @@ describe('the expiry sweep', () => {
       assert.equal(await sweeping, 3000);
       const [left] = await server.sql<{ n: number }>('SELECT COUNT(*) AS n FROM pastes');
       assert.equal(Number(left?.n), 0);
+    } finally {
+      await server.close();
+    }
+  });
+});
+
+describe('view counts kept apart from the pastes', () => {
+  it("a paste made again under a deleted one's slug starts from no views", async () => {
+    const server = await startServer();
+    try {
+      const key = await server.createKey();
+      const make = () =>
+        request(`${server.url}/api/v1/paste`, {
+          method: 'POST',
+          headers: { 'x-api-key': key },
+          json: { content: 'counted', slug: 'counted-slug' },
+        });
+      assert.equal((await make()).status, 201);
+      for (let i = 0; i < 3; i++) assert.equal((await request(`${server.url}/raw/counted-slug`)).status, 200);
+      await server.services.pastes.views.flush();
+      const before = await request(`${server.url}/api/v1/paste/counted-slug`, { headers: { 'x-api-key': key } });
+      assert.equal(before.body.data.view_count, 4);
+      const gone = await request(`${server.url}/api/v1/paste/counted-slug`, {
+        method: 'DELETE',
+        headers: { 'x-api-key': key },
+      });
+      assert.equal(gone.status, 200);
+      await server.services.pastes.views.flush();
+      const again = await make();
+      assert.equal(again.status, 201);
+      assert.equal(again.body.data.paste_id, 'counted-slug');
+      const fresh = await request(`${server.url}/api/v1/paste/counted-slug`, { headers: { 'x-api-key': key } });
+      assert.equal(fresh.body.data.view_count, 1);
     } finally {
       await server.close();
     }

@@ -137,6 +137,17 @@ const migrations: Record<string, Migration> = {
       await db.schema.dropIndex('pastes_owner_created').execute();
     },
   },
+  '0005_paste_views': {
+    async up(db: Kysely<unknown>) {
+      // View counts land here (a few hundred per page) instead of on the pastes' 1 KB+ rows:
+      // a second of reads over thousands of pastes rewrote thousands of pages.
+      await db.schema
+        .createTable('paste_views')
+        .addColumn('paste_id', 'varchar(80)', (c) => c.primaryKey())
+        .addColumn('views', 'integer', (c) => c.notNull())
+        .execute();
+    },
+  },
 };
 
 // biome-ignore lint/suspicious/noExplicitAny: see migrateToLatest

@@ -12,7 +12,10 @@ type PasteRow = Selectable<PasteTable>;
 
 const flag = (value: boolean): number => (value ? 1 : 0);
 
-function toPaste(row: PasteRow): Paste {
+/** A paste row with the views counted in paste_views since (see VIEWS). */
+type RowWithViews = PasteRow & { extra_views?: number | string | null };
+
+function toPaste(row: RowWithViews): Paste {
   return {
     id: row.id,
     ownerKeyId: row.owner_key_id,
@@ -26,7 +29,7 @@ function toPaste(row: PasteRow): Paste {
     sha256: row.sha256,
     createdAt: row.created_at,
     expiresAt: row.expires_at,
-    viewCount: row.view_count,
+    viewCount: row.view_count + Number(row.extra_views ?? 0),
     burnAfterRead: row.burn_after_read === 1,
     encrypted: row.encrypted === 1,
     downloadable: row.downloadable === 1,
@@ -138,7 +141,9 @@ const LIST_COLUMNS = [
   'downloadable',
 ] as const;
 
-function toListItem(row: Pick<PasteRow, (typeof LIST_COLUMNS)[number]>): OwnedListItem {
+function toListItem(
+  row: Pick<PasteRow, (typeof LIST_COLUMNS)[number]> & { extra_views?: number | string | null },
+): OwnedListItem {
   return {
     id: row.id,
     title: row.title,
@@ -147,11 +152,16 @@ function toListItem(row: Pick<PasteRow, (typeof LIST_COLUMNS)[number]>): OwnedLi
     fileSize: row.file_size,
     createdAt: row.created_at,
     expiresAt: row.expires_at,
-    viewCount: row.view_count,
+    viewCount: row.view_count + Number(row.extra_views ?? 0),
     encrypted: row.encrypted === 1,
     downloadable: row.downloadable === 1,
   };
 }
+
+/** The views of a paste counted in paste_views, as a column of a query on pastes. */
+const VIEWS = sql<number>`COALESCE((SELECT views FROM paste_views WHERE paste_views.paste_id = pastes.id), 0)`.as(
+  'extra_views',
+);
 
 function toSummary(row: Omit<PasteRow, 'content' | 'password_hash'>): PasteSummary {
   const { content: _c, passwordHash: _p, ...summary } = toPaste({ ...row, content: '', password_hash: null });
@@ -223,7 +233,8 @@ export class PasteRepository {
       (id: string, now: number) =>
         db
           .selectFrom('pastes')
-          .selectAll()
+          .selectAll('pastes')
+          .select(VIEWS)
           .where('id', '=', id)
           .where((eb) => eb.or([eb('expires_at', 'is', null), eb('expires_at', '>', now)])),
       sqlite,
@@ -341,7 +352,12 @@ export class PasteRepository {
 
   /** Frees an id held only by an expired paste that the sweep has not removed yet. */
   async deleteIfExpired(id: string, now: number): Promise<void> {
-    await this.db.deleteFrom('pastes').where('id', '=', id).where('expires_at', '<=', now).execute();
+    const result = await this.db
+      .deleteFrom('pastes')
+      .where('id', '=', id)
+      .where('expires_at', '<=', now)
+      .executeTakeFirst();
+    if (Number(result.numDeletedRows) > 0) await this.forgetViews(id);
   }
 
   /** The paste if it exists and has not expired at `now`. */
@@ -362,7 +378,14 @@ export class PasteRepository {
       .where((eb) => eb.or([eb('expires_at', 'is', null), eb('expires_at', '>', now)]))
       .returningAll()
       .executeTakeFirst();
-    return row ? toPaste(row) : undefined;
+    if (!row) return undefined;
+    await this.forgetViews(id);
+    return toPaste(row);
+  }
+
+  /** Drops the counted views of a paste that is gone, so that a new paste with its id starts at 0. */
+  private async forgetViews(id: string): Promise<void> {
+    await this.db.deleteFrom('paste_views').where('paste_id', '=', id).execute();
   }
 
   /** Adds counted views, many pastes in one transaction. */
@@ -378,10 +401,21 @@ export class PasteRepository {
     await this.db.transaction().execute(async (trx) => {
       for (const [n, ids] of byCount) {
         for (let i = 0; i < ids.length; i += 500) {
+          // Only pastes that still exist are counted: a paste deleted since leaves no row behind.
           await trx
-            .updateTable('pastes')
-            .set((eb) => ({ view_count: eb('view_count', '+', n) }))
-            .where('id', 'in', ids.slice(i, i + 500))
+            .insertInto('paste_views')
+            .columns(['paste_id', 'views'])
+            .expression((eb) =>
+              eb
+                .selectFrom('pastes')
+                .select(['id', sql<number>`CAST(${n} AS INTEGER)`.as('views')])
+                .where('id', 'in', ids.slice(i, i + 500)),
+            )
+            .onConflict((oc) =>
+              oc
+                .column('paste_id')
+                .doUpdateSet((eb) => ({ views: eb('paste_views.views', '+', eb.ref('excluded.views')) })),
+            )
             .execute();
         }
       }
@@ -410,16 +444,15 @@ export class PasteRepository {
       .where('owner_key_id', '=', ownerKeyId)
       .where((eb) => eb.or([eb('expires_at', 'is', null), eb('expires_at', '>', now)]))
       .executeTakeFirst();
-    return Number(result.numDeletedRows) > 0;
+    if (Number(result.numDeletedRows) === 0) return false;
+    await this.forgetViews(id);
+    return true;
   }
 
   /**
-   * One page of an owner's live pastes, newest first. The page's ids are found in the covering
-   * index (the skipped rows are never read), then only those rows are fetched.
-   */
-  /**
    * One page of an owner's live pastes, newest first: `offset` entries skipped after `after`
-   * (a position in that order, from ownerAnchors) or from the start.
+   * (a position in that order, from ownerAnchors) or from the start. The page's ids are found in
+   * the covering index (the skipped rows are never read), then only those rows are fetched.
    */
   async pageOwned(
     ownerKeyId: string,
@@ -440,6 +473,7 @@ export class PasteRepository {
       this.db
         .selectFrom('pastes')
         .select(LIST_COLUMNS)
+        .select(VIEWS)
         .where('id', 'in', (eb) => {
           let ids = eb
             .selectFrom('pastes')
@@ -509,13 +543,21 @@ export class PasteRepository {
 
   /** Removes up to `batch` expired pastes; returns how many went. */
   async deleteExpired(now: number, batch: number): Promise<number> {
-    const result = await this.db
-      .deleteFrom('pastes')
-      .where('id', 'in', (eb) =>
-        eb.selectFrom('pastes').select('id').where('expires_at', '<=', now).orderBy('expires_at').limit(batch),
-      )
-      .executeTakeFirst();
-    return Number(result.numDeletedRows);
+    return this.db.transaction().execute(async (trx) => {
+      const ids = (
+        await trx
+          .selectFrom('pastes')
+          .select('id')
+          .where('expires_at', '<=', now)
+          .orderBy('expires_at')
+          .limit(batch)
+          .execute()
+      ).map((row) => row.id);
+      if (ids.length === 0) return 0;
+      await trx.deleteFrom('paste_views').where('paste_id', 'in', ids).execute();
+      const result = await trx.deleteFrom('pastes').where('id', 'in', ids).executeTakeFirst();
+      return Number(result.numDeletedRows);
+    });
   }
 }
 

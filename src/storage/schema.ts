@@ -69,8 +69,15 @@ export interface WebhookAttemptTable {
   duration_ms: number;
 }
 
+/** Views counted since they were last folded in: a narrow table, so counting is cheap. */
+export interface PasteViewsTable {
+  paste_id: string;
+  views: number;
+}
+
 export interface Database {
   pastes: PasteTable;
+  paste_views: PasteViewsTable;
   api_keys: ApiKeyTable;
   webhook_deliveries: WebhookDeliveryTable;
   webhook_attempts: WebhookAttemptTable;
