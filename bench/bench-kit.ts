@@ -4,6 +4,7 @@
  * process (pinned to the other core). Everything talks to 127.0.0.1 only and is bounded in time.
  */
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -11,6 +12,21 @@ import { join } from 'node:path';
 import autocannon from 'autocannon';
 
 const ROOT = new URL('..', import.meta.url).pathname;
+
+/** `--name value` from the command line, or the fallback. */
+export function option(name: string, fallback: string): string {
+  const args = process.argv.slice(2);
+  const i = args.indexOf(`--${name}`);
+  return i >= 0 ? (args[i + 1] ?? fallback) : fallback;
+}
+
+const ALPHABET = '0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz';
+/** A random 10-character id, as paste ids are. */
+export const randomId = (): string => Array.from(randomBytes(10), (b) => ALPHABET[b % 62]).join('');
+/** 1 KB of text, the size of the benchmark's pastes. */
+export const KB = `${'x'.repeat(1023)}\n`;
+/** One of the ids, at random. */
+export const pick = (ids: string[]): string => ids[Math.floor(Math.random() * ids.length)] as string;
 
 export function hasTaskset(): boolean {
   try {

@@ -6,7 +6,6 @@
  * 127.0.0.1 only; bounded (about 6 minutes with the default 5 s a measurement).
  * Usage: npm run bench:growth [-- --seconds 5]
  */
-import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -15,22 +14,20 @@ import {
   type BenchServer,
   createKey,
   fastpasteCommand,
+  KB,
   type LoadOptions,
   type LoadResult,
   load,
+  option,
+  pick,
   pinSelf,
+  randomId,
   startBenchServer,
 } from './bench-kit.js';
 
-const args = process.argv.slice(2);
-const secondsAt = args.indexOf('--seconds');
-const SECONDS = secondsAt >= 0 ? Number(args[secondsAt + 1]) : 5;
+const SECONDS = Number(option('seconds', '5'));
 pinSelf();
 
-const ALPHABET = '0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz';
-const newId = () => Array.from(randomBytes(10), (b) => ALPHABET[b % 62]).join('');
-const KB = `${'x'.repeat(1023)}\n`;
-const pick = (ids: string[]) => ids[Math.floor(Math.random() * ids.length)] as string;
 const dir = mkdtempSync(join(tmpdir(), 'fastpaste-growth-'));
 
 /** Inserts `count` 1 KB pastes of `owner` (expired ones when `expired`); returns the ids. */
@@ -47,7 +44,7 @@ function seed(file: string, count: number, owner: string | null, expired = false
   for (let start = 0; start < count; start += 100_000) {
     db.transaction(() => {
       for (let i = start; i < Math.min(count, start + 100_000); i++) {
-        const id = newId();
+        const id = randomId();
         ids.push(id);
         insert.run(id, owner, KB, sha, now - count + i, expired ? now - 86_400_000 + i : null);
       }

@@ -19,17 +19,16 @@ import {
   fastpasteCommand,
   freePort,
   hasTaskset,
+  KB,
   type LoadResult,
   load,
+  option,
+  pick,
   pinSelf,
+  randomId,
   startBenchServer,
 } from './bench-kit.js';
 
-const args = process.argv.slice(2);
-const option = (name: string, fallback: string) => {
-  const i = args.indexOf(`--${name}`);
-  return i >= 0 ? (args[i + 1] ?? fallback) : fallback;
-};
 const SECONDS = Number(option('seconds', '10'));
 const WARMUP = Math.max(1, Math.round(SECONDS / 5));
 const PASTES = Number(option('pastes', '100000'));
@@ -38,10 +37,6 @@ const MARKDOWN = option('markdown', '');
 const ONLY = option('only', '');
 
 pinSelf();
-const ALPHABET = '0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz';
-const newId = () => Array.from(randomBytes(10), (b) => ALPHABET[b % 62]).join('');
-const KB = 'x'.repeat(1023) + '\n';
-const pick = (ids: string[]) => ids[Math.floor(Math.random() * ids.length)] as string;
 
 /** 10 KB of Python, for the highlighted view. */
 const PYTHON = Array.from(
@@ -185,7 +180,7 @@ const SHA = 'a'.repeat(64);
 const backend = DB === 'postgres' ? postgresBackend() : sqliteBackend();
 
 // ---- baseline -------------------------------------------------------------------------
-const baseIds = Array.from({ length: PASTES }, newId);
+const baseIds = Array.from({ length: PASTES }, randomId);
 const basePort = await freePort();
 const baseArgs = await backend.baseline(baseIds, basePort);
 const baseline = hasTaskset()
@@ -211,8 +206,8 @@ const big = 1_000_000_000;
 const readerKey = createKey(server.databaseUrl, { hourly: big, daily: big, monthly: big });
 const listKey = createKey(server.databaseUrl, { hourly: big, daily: big, monthly: big });
 const listKeyId = JSON.parse(fastpasteCommand(server.databaseUrl, ['keys', 'list', '--json'])).at(-1).id as string;
-const pasteIds = Array.from({ length: PASTES }, newId);
-const viewId = newId();
+const pasteIds = Array.from({ length: PASTES }, randomId);
+const viewId = randomId();
 {
   const now = Date.now();
   const rows: SeedRow[] = pasteIds.map((id, i) => ({

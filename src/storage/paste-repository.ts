@@ -239,20 +239,17 @@ export class PasteRepository {
           .where((eb) => eb.or([eb('expires_at', 'is', null), eb('expires_at', '>', now)])),
       sqlite,
     );
-    const first = this.buildPageQuery(false);
     this.pageQuery = preparedQuery(
       db,
-      ['string', 'number', 'string', 'number', 'number', 'number'],
-      first,
+      ['string', 'number', 'number', 'number'],
+      (owner: string, now: number, limit: number, offset: number) => this.pageSelect(owner, now, null, limit, offset),
       sqlite,
-      [2, 3],
     );
-    const after = this.buildPageQuery(true);
     this.pageAfterQuery = preparedQuery(
       db,
       ['string', 'number', 'number', 'string', 'number', 'number'],
       (owner: string, now: number, createdAt: number, id: string, limit: number, offset: number) =>
-        after(owner, now, id, createdAt, limit, offset),
+        this.pageSelect(owner, now, { createdAt, id }, limit, offset),
       sqlite,
     );
     if (sqlite) {
@@ -463,30 +460,27 @@ export class PasteRepository {
   ): Promise<OwnedListItem[]> {
     const rows = after
       ? await this.pageAfterQuery(ownerKeyId, now, after.createdAt, after.id, limit, offset)
-      : await this.pageQuery(ownerKeyId, now, '', 0, limit, offset);
+      : await this.pageQuery(ownerKeyId, now, limit, offset);
     return rows.map(toListItem);
   }
 
-  /** The page query, with or without a starting position (built and compiled once each). */
-  private buildPageQuery(withStart: boolean) {
-    return (ownerKeyId: string, now: number, afterId: string, afterCreatedAt: number, limit: number, offset: number) =>
-      this.db
-        .selectFrom('pastes')
-        .select(LIST_COLUMNS)
-        .select(VIEWS)
-        .where('id', 'in', (eb) => {
-          let ids = eb
-            .selectFrom('pastes')
-            .select('id')
-            .where('owner_key_id', '=', ownerKeyId)
-            .where((w) => w.or([w('expires_at', 'is', null), w('expires_at', '>', now)]));
-          if (withStart) {
-            ids = ids.where((w) => w(w.refTuple('created_at', 'id'), '<', w.tuple(afterCreatedAt, afterId)));
-          }
-          return ids.orderBy('created_at', 'desc').orderBy('id', 'desc').limit(limit).offset(offset);
-        })
-        .orderBy('created_at', 'desc')
-        .orderBy('id', 'desc');
+  /** The page query, with or without a starting position (compiled once each, above). */
+  private pageSelect(ownerKeyId: string, now: number, after: ListPosition | null, limit: number, offset: number) {
+    return this.db
+      .selectFrom('pastes')
+      .select(LIST_COLUMNS)
+      .select(VIEWS)
+      .where('id', 'in', (eb) => {
+        let ids = eb
+          .selectFrom('pastes')
+          .select('id')
+          .where('owner_key_id', '=', ownerKeyId)
+          .where((w) => w.or([w('expires_at', 'is', null), w('expires_at', '>', now)]));
+        if (after) ids = ids.where((w) => w(w.refTuple('created_at', 'id'), '<', w.tuple(after.createdAt, after.id)));
+        return ids.orderBy('created_at', 'desc').orderBy('id', 'desc').limit(limit).offset(offset);
+      })
+      .orderBy('created_at', 'desc')
+      .orderBy('id', 'desc');
   }
 
   /**

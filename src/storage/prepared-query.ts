@@ -20,8 +20,6 @@ export function preparedQuery<A extends Arg[], R>(
   kinds: { [K in keyof A]: A[K] extends number ? 'number' : 'string' },
   build: (...args: A) => Compilable<R>,
   sqlite: BetterSqlite3.Database | null = null,
-  /** Arguments the built query may leave out (variants of one signature). */
-  unused: number[] = [],
 ): (...args: A) => Promise<R[]> {
   const sentinels = (kinds as string[]).map((kind, i) =>
     kind === 'number' ? -7_000_000_000_001 - i : `\u0000sentinel${i}\u0000`,
@@ -29,8 +27,7 @@ export function preparedQuery<A extends Arg[], R>(
   const compiled = build(...sentinels).compile();
   const slots = compiled.parameters.map((value) => sentinels.indexOf(value as Arg));
   for (let i = 0; i < sentinels.length; i++) {
-    if (!slots.includes(i) && !unused.includes(i))
-      throw new Error(`preparedQuery: argument ${i} does not reach the SQL`);
+    if (!slots.includes(i)) throw new Error(`preparedQuery: argument ${i} does not reach the SQL`);
   }
   const statement = sqlite?.prepare(compiled.sql);
   return async (...args: A) => {
