@@ -105,7 +105,9 @@ export async function startBenchServer(env: Record<string, string> = {}): Promis
   };
   // Migrate first so that keys can be made before the server starts.
   fastpasteCommand(databaseUrl, ['migrate']);
-  const args = [join(ROOT, 'bin/fastpaste.js'), 'serve'];
+  // BENCH_NODE_ARGS: flags for the server's node (say --cpu-prof --cpu-prof-dir=/tmp/prof).
+  const nodeArgs = (process.env.BENCH_NODE_ARGS ?? '').split(' ').filter(Boolean);
+  const args = [...nodeArgs, join(ROOT, 'bin/fastpaste.js'), 'serve'];
   const child = hasTaskset()
     ? spawn('taskset', ['-c', '0', process.execPath, ...args], { env: fullEnv, stdio: 'inherit' })
     : spawn(process.execPath, args, { env: fullEnv, stdio: 'inherit' });

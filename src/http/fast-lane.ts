@@ -63,27 +63,41 @@ export class FastLane {
     return null;
   }
 
-  /** Answers the request and resolves true, or resolves false having done nothing. */
-  async serve(lane: Lane, req: IncomingMessage, res: ServerResponse): Promise<boolean> {
+  /**
+   * Answers the request and returns true, or returns false having done nothing; a promise of
+   * either when the answer has to wait (storage or quota store not answering at once).
+   */
+  serve(lane: Lane, req: IncomingMessage, res: ServerResponse): boolean | Promise<boolean> {
     const started = process.hrtime.bigint();
     if (!this.deps.admits(req.socket.remoteAddress ?? '')) return false;
     const url = req.url as string;
     if (lane === 'raw') {
-      const paste = await this.deps.pastes.plainPaste(url.slice(RAW_PREFIX.length));
-      if (!paste) return false;
-      this.deps.pastes.countRead(paste);
-      this.send(req, res, TEXT_HEADERS, paste.content, started);
-      return true;
+      const content = this.deps.pastes.plainContent(url.slice(RAW_PREFIX.length));
+      if (typeof content === 'string') return this.sendRaw(req, res, content, started);
+      if (content === null) return false;
+      return content.then((later) => later !== null && this.sendRaw(req, res, later, started));
     }
+    return this.serveApi(req, res, url, started);
+  }
+
+  private sendRaw(req: IncomingMessage, res: ServerResponse, content: string, started: bigint): true {
+    this.send(req, res, TEXT_HEADERS, content, started);
+    return true;
+  }
+
+  private async serveApi(req: IncomingMessage, res: ServerResponse, url: string, started: bigint): Promise<boolean> {
     const key = this.deps.keys.cachedActiveKey(req.headers['x-api-key'] as string);
     if (!key) return false;
-    const paste = await this.deps.pastes.plainPaste(url.slice(API_PREFIX.length));
+    const paste = await this.deps.pastes.plainPasteNow(url.slice(API_PREFIX.length));
     if (!paste) return false;
-    let quotaHeaders: Record<string, string>;
-    try {
-      quotaHeaders = await this.deps.quota.consume(`key:${key.id}`, key.limits);
-    } catch {
-      return false; // a 429 (its count given back) or a store down: Fastify answers it
+    const subject = `key:${key.id}`;
+    let quotaHeaders = this.deps.quota.consumeNow(subject, key.limits);
+    if (!quotaHeaders) {
+      try {
+        quotaHeaders = await this.deps.quota.consume(subject, key.limits);
+      } catch {
+        return false; // a 429 (its count given back) or a store down: Fastify answers it
+      }
     }
     const read = this.deps.pastes.countRead(paste);
     const body = JSON.stringify({ error: false, data: this.deps.presenter.detail(read.paste, read.burned) });
@@ -123,7 +137,18 @@ export function serverWithFastLane(lane: FastLane): FastifyServerFactory {
         handler(req, res);
         return;
       }
-      lane.serve(which, req, res).then(
+      let answer: boolean | Promise<boolean>;
+      try {
+        answer = lane.serve(which, req, res);
+      } catch {
+        answer = false;
+      }
+      if (answer === true) return;
+      if (answer === false) {
+        if (!res.headersSent) handler(req, res);
+        return;
+      }
+      answer.then(
         (served) => {
           if (!served) handler(req, res);
         },

@@ -22,6 +22,12 @@ export interface CounterStore {
   read(key: string): Promise<number>;
   /** Writes what is held in memory (a no-op for stores that write through). */
   flush(): Promise<void>;
+  /**
+   * Adds one to each counter at once, if every one is held in memory and none would pass its
+   * limit: returns the new counts. Otherwise changes nothing and returns undefined (the caller
+   * counts through increment). Stores that cannot answer at once leave it out.
+   */
+  incrementAllNow?(counters: ReadonlyArray<{ key: string; limit: number }>): number[] | undefined;
 }
 
 /** The store did not answer: the request fails fast with 503 instead of hanging or a 500. */
@@ -122,6 +128,21 @@ export class BufferedCounterStore implements CounterStore {
     entry.unwritten++;
     this.schedule();
     return entry.value;
+  }
+
+  incrementAllNow(counters: ReadonlyArray<{ key: string; limit: number }>): number[] | undefined {
+    const entries = [];
+    for (const { key, limit } of counters) {
+      const entry = this.counts.get(key);
+      if (!entry || entry.value + 1 > limit) return undefined;
+      entries.push(entry);
+    }
+    for (const entry of entries) {
+      entry.value++;
+      entry.unwritten++;
+    }
+    this.schedule();
+    return entries.map((entry) => entry.value);
   }
 
   async decrement(key: string, ttlSeconds: number): Promise<void> {

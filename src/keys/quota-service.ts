@@ -33,7 +33,33 @@ interface Counted extends WindowState {
 }
 
 function counterKey(subject: string, kind: WindowKind, start: number): string {
-  return `${subject}:${kind}:${new Date(start).toISOString().slice(0, 13)}`;
+  return `${subject}:${kind}:${windowLabel(start)}`;
+}
+
+function windowLabel(start: number): string {
+  return new Date(start).toISOString().slice(0, 13);
+}
+
+interface WindowPlan {
+  kind: WindowKind;
+  start: number;
+  end: number;
+  lengthSeconds: number;
+  label: string;
+}
+
+/** The three windows of the current hour, worked out once an hour (they change only then). */
+let planned: { hourStart: number; hourEnd: number; windows: WindowPlan[] } | null = null;
+
+function windowsAt(now: number): WindowPlan[] {
+  if (planned && now >= planned.hourStart && now < planned.hourEnd) return planned.windows;
+  const windows = WINDOW_KINDS.map((kind) => {
+    const { start, end } = windowAt(kind, now);
+    return { kind, start, end, lengthSeconds: (end - start) / 1000, label: windowLabel(start) };
+  });
+  const hour = windowAt('hourly', now);
+  planned = { hourStart: hour.start, hourEnd: hour.end, windows };
+  return windows;
 }
 
 /** The headers of D20 for the limited windows; none when nothing is limited. */
@@ -63,28 +89,27 @@ export class QuotaService {
    */
   async consume(subject: string, limits: Limits): Promise<Record<string, string>> {
     const now = this.clock();
-    const limited = WINDOW_KINDS.filter((kind) => limits[kind] > 0);
     const windows = await Promise.all(
-      limited.map(async (kind): Promise<Counted> => {
-        const bounds = windowAt(kind, now);
-        const resetSeconds = Math.max(1, Math.ceil((bounds.end - now) / 1000));
-        const key = counterKey(subject, kind, bounds.start);
-        // The counter outlives its window by a minute, so clocks a little apart still agree.
-        const ttlSeconds = resetSeconds + 60;
-        const used = await this.counters.increment(key, ttlSeconds);
-        const limit = limits[kind];
-        const lengthSeconds = (bounds.end - bounds.start) / 1000;
-        return {
-          kind,
-          limit,
-          used,
-          remaining: Math.max(0, limit - used),
-          resetSeconds,
-          key,
-          ttlSeconds,
-          lengthSeconds,
-        };
-      }),
+      windowsAt(now)
+        .filter((w) => limits[w.kind] > 0)
+        .map(async (w): Promise<Counted> => {
+          const resetSeconds = Math.max(1, Math.ceil((w.end - now) / 1000));
+          const key = `${subject}:${w.kind}:${w.label}`;
+          // The counter outlives its window by a minute, so clocks a little apart still agree.
+          const ttlSeconds = resetSeconds + 60;
+          const used = await this.counters.increment(key, ttlSeconds);
+          const limit = limits[w.kind];
+          return {
+            kind: w.kind,
+            limit,
+            used,
+            remaining: Math.max(0, limit - used),
+            resetSeconds,
+            key,
+            ttlSeconds,
+            lengthSeconds: w.lengthSeconds,
+          };
+        }),
     );
     const exhausted = windows.filter((w) => w.used > w.limit);
     if (exhausted.length > 0) {
@@ -102,6 +127,33 @@ export class QuotaService {
       });
     }
     return headers;
+  }
+
+  /**
+   * consume() at once, when the counter store holds every counter in memory and no window is
+   * used up: the D20 headers. Otherwise counts nothing and returns undefined: call consume().
+   */
+  consumeNow(subject: string, limits: Limits): Record<string, string> | undefined {
+    if (!this.counters.incrementAllNow) return undefined;
+    const now = this.clock();
+    const windows = windowsAt(now).filter((w) => limits[w.kind] > 0);
+    const used = this.counters.incrementAllNow(
+      windows.map((w) => ({ key: `${subject}:${w.kind}:${w.label}`, limit: limits[w.kind] })),
+    );
+    if (!used) return undefined;
+    return quotaHeaders(
+      windows.map((w, i) => {
+        const limit = limits[w.kind];
+        return {
+          kind: w.kind,
+          limit,
+          used: used[i] as number,
+          remaining: Math.max(0, limit - (used[i] as number)),
+          resetSeconds: Math.max(1, Math.ceil((w.end - now) / 1000)),
+          lengthSeconds: w.lengthSeconds,
+        };
+      }),
+    );
   }
 
   /** Used and left in each window, without counting anything (for `fastpaste keys usage`). */

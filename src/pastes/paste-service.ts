@@ -8,7 +8,13 @@ import { RateLimiterMemory, RateLimiterRes } from 'rate-limiter-flexible';
 import type { Clock } from '../clock.js';
 import { AppError, notFound } from '../errors.js';
 import type { ApiKey } from '../keys/key-service.js';
-import type { OwnedListItem, PasteChanges, PasteRepository, PasteSummary } from '../storage/paste-repository.js';
+import type {
+  LiveContent,
+  OwnedListItem,
+  PasteChanges,
+  PasteRepository,
+  PasteSummary,
+} from '../storage/paste-repository.js';
 import type { WebhookOutbox } from '../webhooks/webhook-outbox.js';
 import { expiresAt } from './expiry.js';
 import { detectLanguage } from './language.js';
@@ -175,6 +181,35 @@ export class PasteService {
     const paste = await this.pastes.findLive(id, this.clock());
     if (!paste || paste.passwordHash !== null || paste.burnAfterRead) return null;
     return paste;
+  }
+
+  /**
+   * plainPaste without waiting when the storage can answer at once (SQLite): the paste, null,
+   * or a promise of plainPaste's answer otherwise.
+   */
+  plainPasteNow(id: string): Paste | null | Promise<Paste | null> {
+    const found = this.pastes.findLiveNow(id, this.clock());
+    if (!found) return this.plainPaste(id);
+    const paste = found[0];
+    return paste && paste.passwordHash === null && !paste.burnAfterRead ? paste : null;
+  }
+
+  /**
+   * The content of a plain paste (live, no password, not view-once) with its view counted, as
+   * `/raw` serves it; null when the paste is not plain (the full read answers it). Synchronous
+   * when the storage can answer at once (SQLite), else a promise.
+   */
+  plainContent(id: string): string | null | Promise<string | null> {
+    const now = this.clock();
+    const found = this.pastes.findLiveContentNow(id, now);
+    if (found) return this.countPlain(id, found[0]);
+    return this.pastes.findLiveContent(id, now).then((live) => this.countPlain(id, live));
+  }
+
+  private countPlain(id: string, live: LiveContent | undefined): string | null {
+    if (!live || live.passwordProtected || live.burnAfterRead) return null;
+    this.views.add(id);
+    return live.content;
   }
 
   /** The read of a paste plainPaste() returned: the view counted, as read() counts it. */

@@ -7,6 +7,8 @@ import type { PasteRepository } from '../storage/paste-repository.js';
 
 export class ViewCounter {
   private pending = new Map<string, number>();
+  /** The batch being written: its entries leave it as they are committed. */
+  private writing = new Map<string, number>();
   private timer: NodeJS.Timeout | null = null;
   private flushing: Promise<void> | null = null;
 
@@ -28,7 +30,7 @@ export class ViewCounter {
 
   /** Views counted but not yet written. */
   unwritten(id: string): number {
-    return this.pending.get(id) ?? 0;
+    return (this.pending.get(id) ?? 0) + (this.writing.get(id) ?? 0);
   }
 
   /** Writes every pending count (called on a timer, and on shutdown). */
@@ -39,9 +41,11 @@ export class ViewCounter {
     if (this.pending.size === 0) return;
     const batch = this.pending;
     this.pending = new Map();
+    this.writing = batch;
     this.flushing = this.pastes.addViews(batch).catch(() => {
-      // The database is out of reach: keep the counts for the next flush.
+      // The database is out of reach: keep the counts not written (left in batch) for the next flush.
       for (const [id, n] of batch) this.pending.set(id, (this.pending.get(id) ?? 0) + n);
+      batch.clear();
       if (!this.timer) {
         this.timer = setTimeout(() => void this.flush(), this.intervalMs);
         this.timer.unref();
@@ -49,5 +53,6 @@ export class ViewCounter {
     });
     await this.flushing;
     this.flushing = null;
+    this.writing = new Map();
   }
 }

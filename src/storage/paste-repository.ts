@@ -163,10 +163,44 @@ const VIEWS = sql<number>`COALESCE((SELECT views FROM paste_views WHERE paste_vi
   'extra_views',
 );
 
+function toLiveContent(row: Pick<PasteRow, 'content' | 'password_hash' | 'burn_after_read'>): LiveContent {
+  return {
+    content: row.content,
+    passwordProtected: row.password_hash !== null,
+    burnAfterRead: row.burn_after_read === 1,
+  };
+}
+
 function toSummary(row: Omit<PasteRow, 'content' | 'password_hash'>): PasteSummary {
   const { content: _c, passwordHash: _p, ...summary } = toPaste({ ...row, content: '', password_hash: null });
   return summary;
 }
+
+/** What the plain read of a paste's content needs: the content and what would forbid it. */
+export interface LiveContent {
+  content: string;
+  passwordProtected: boolean;
+  burnAfterRead: boolean;
+}
+
+/** Adds `views` to each of the pastes `ids` that still exists (a paste deleted since is skipped). */
+function upsertViews(db: Kysely<Database>, views: number, ids: string[]) {
+  return db
+    .insertInto('paste_views')
+    .columns(['paste_id', 'views'])
+    .expression((eb) =>
+      eb
+        .selectFrom('pastes')
+        .select(['id', sql<number>`CAST(${views} AS INTEGER)`.as('views')])
+        .where('id', 'in', ids),
+    )
+    .onConflict((oc) =>
+      oc.column('paste_id').doUpdateSet((eb) => ({ views: eb('paste_views.views', '+', eb.ref('excluded.views')) })),
+    );
+}
+
+/** Pastes whose views are added in one transaction. */
+const VIEW_CHUNK = 1000;
 
 type InTransaction = (trx: Kysely<Database>) => Promise<void>;
 
@@ -212,6 +246,7 @@ const SAMPLE: Paste = {
 
 export class PasteRepository {
   private readonly findLiveQuery;
+  private readonly liveContentQuery;
   private readonly pageQuery;
   private readonly pageAfterQuery;
   private pending: PendingInsert[] = [];
@@ -239,6 +274,17 @@ export class PasteRepository {
           .where((eb) => eb.or([eb('expires_at', 'is', null), eb('expires_at', '>', now)])),
       sqlite,
     );
+    this.liveContentQuery = preparedQuery(
+      db,
+      ['string', 'number'],
+      (id: string, now: number) =>
+        db
+          .selectFrom('pastes')
+          .select(['content', 'password_hash', 'burn_after_read'])
+          .where('id', '=', id)
+          .where((eb) => eb.or([eb('expires_at', 'is', null), eb('expires_at', '>', now)])),
+      sqlite,
+    );
     this.pageQuery = preparedQuery(
       db,
       ['string', 'number', 'number', 'number'],
@@ -262,10 +308,16 @@ export class PasteRepository {
       if (compiled.parameters.length !== Object.keys(toRow(SAMPLE)).length) throw new Error('insert columns');
       this.insertStatement = sqlite.prepare(compiled.sql);
       this.sqlite = sqlite;
+      const addView = upsertViews(db, -7, ['\u0000id']).compile();
+      if (JSON.stringify(addView.parameters) !== JSON.stringify([-7, '\u0000id'])) throw new Error('add view SQL');
+      const addViewStatement = sqlite.prepare(addView.sql);
+      this.addView = (id, views) => addViewStatement.run(views, id);
     }
   }
 
   private readonly sqlite: BetterSqlite3.Database | null = null;
+  /** On SQLite, one paste's views added (if the paste exists), prepared once. */
+  private readonly addView: ((id: string, views: number) => void) | null = null;
 
   /** True when this process is the only writer of the pastes (SQLite: one process owns the file). */
   get soleWriter(): boolean {
@@ -364,6 +416,25 @@ export class PasteRepository {
   }
 
   /**
+   * findLive at once, as a list of zero or one paste, when the SQLite handle can answer now;
+   * undefined when it cannot (PostgreSQL, a transaction open): use findLive.
+   */
+  findLiveNow(id: string, now: number): Paste[] | undefined {
+    return this.findLiveQuery.now(id, now)?.map(toPaste);
+  }
+
+  /** The content of a live paste and what would forbid reading it as is. */
+  async findLiveContent(id: string, now: number): Promise<LiveContent | undefined> {
+    const [row] = await this.liveContentQuery(id, now);
+    return row ? toLiveContent(row) : undefined;
+  }
+
+  /** findLiveContent at once, as a list of zero or one, or undefined (see findLiveNow). */
+  findLiveContentNow(id: string, now: number): LiveContent[] | undefined {
+    return this.liveContentQuery.now(id, now)?.map(toLiveContent);
+  }
+
+  /**
    * Burn (D11): deletes a live view-once paste and returns it, in one statement, so of any number
    * of concurrent readers exactly one gets a row.
    */
@@ -385,12 +456,37 @@ export class PasteRepository {
     await this.db.deleteFrom('paste_views').where('paste_id', '=', id).execute();
   }
 
-  /** Adds counted views, many pastes in one transaction. */
+  /**
+   * Adds counted views, in transactions of up to 1,000 pastes. Only pastes that still exist are
+   * counted: a paste deleted since leaves no row behind. On SQLite each chunk is one synchronous
+   * transaction on the handle (no open transaction for reads to queue behind), with a turn of
+   * the event loop between chunks. Each chunk's entries leave `counts` once committed, so on a
+   * failure `counts` holds exactly what was not written.
+   */
   async addViews(counts: Map<string, number>): Promise<void> {
-    // Pastes seen the same number of times are updated together, up to 500 in a statement: a
-    // second of reads spread over thousands of pastes is a few statements, not thousands.
+    const entries = [...counts];
+    for (let i = 0; i < entries.length; i += VIEW_CHUNK) {
+      if (i > 0) await new Promise((resolve) => setImmediate(resolve));
+      const chunk = entries.slice(i, i + VIEW_CHUNK);
+      if (!this.addViewsNow(chunk)) await this.addViewsThroughKysely(chunk);
+      for (const [id] of chunk) counts.delete(id);
+    }
+  }
+
+  private addViewsNow(chunk: Array<[string, number]>): boolean {
+    const addView = this.addView;
+    const sqlite = this.sqlite;
+    if (!addView || !sqlite || sqlite.inTransaction) return false;
+    sqlite.transaction(() => {
+      for (const [id, n] of chunk) addView(id, n);
+    })();
+    return true;
+  }
+
+  private async addViewsThroughKysely(chunk: Array<[string, number]>): Promise<void> {
+    // Pastes seen the same number of times are updated together, up to 500 in a statement.
     const byCount = new Map<number, string[]>();
-    for (const [id, n] of counts) {
+    for (const [id, n] of chunk) {
       const ids = byCount.get(n);
       if (ids) ids.push(id);
       else byCount.set(n, [id]);
@@ -398,22 +494,7 @@ export class PasteRepository {
     await this.db.transaction().execute(async (trx) => {
       for (const [n, ids] of byCount) {
         for (let i = 0; i < ids.length; i += 500) {
-          // Only pastes that still exist are counted: a paste deleted since leaves no row behind.
-          await trx
-            .insertInto('paste_views')
-            .columns(['paste_id', 'views'])
-            .expression((eb) =>
-              eb
-                .selectFrom('pastes')
-                .select(['id', sql<number>`CAST(${n} AS INTEGER)`.as('views')])
-                .where('id', 'in', ids.slice(i, i + 500)),
-            )
-            .onConflict((oc) =>
-              oc
-                .column('paste_id')
-                .doUpdateSet((eb) => ({ views: eb('paste_views.views', '+', eb.ref('excluded.views')) })),
-            )
-            .execute();
+          await upsertViews(trx, n, ids.slice(i, i + 500)).execute();
         }
       }
     });
@@ -448,8 +529,8 @@ export class PasteRepository {
 
   /**
    * One page of an owner's live pastes, newest first: `offset` entries skipped after `after`
-   * (a position in that order, from ownerAnchors) or from the start. The page's ids are found in
-   * the covering index (the skipped rows are never read), then only those rows are fetched.
+   * (a position in that order, from ownerAnchors) or from the start, read from the covering
+   * index alone (no table row is read).
    */
   async pageOwned(
     ownerKeyId: string,
@@ -464,23 +545,19 @@ export class PasteRepository {
     return rows.map(toListItem);
   }
 
-  /** The page query, with or without a starting position (compiled once each, above). */
+  /**
+   * The page query, with or without a starting position (compiled once each, above): one range
+   * of the owner's entries in pastes_owner_list, which holds every listed column.
+   */
   private pageSelect(ownerKeyId: string, now: number, after: ListPosition | null, limit: number, offset: number) {
-    return this.db
+    let page = this.db
       .selectFrom('pastes')
       .select(LIST_COLUMNS)
       .select(VIEWS)
-      .where('id', 'in', (eb) => {
-        let ids = eb
-          .selectFrom('pastes')
-          .select('id')
-          .where('owner_key_id', '=', ownerKeyId)
-          .where((w) => w.or([w('expires_at', 'is', null), w('expires_at', '>', now)]));
-        if (after) ids = ids.where((w) => w(w.refTuple('created_at', 'id'), '<', w.tuple(after.createdAt, after.id)));
-        return ids.orderBy('created_at', 'desc').orderBy('id', 'desc').limit(limit).offset(offset);
-      })
-      .orderBy('created_at', 'desc')
-      .orderBy('id', 'desc');
+      .where('owner_key_id', '=', ownerKeyId)
+      .where((w) => w.or([w('expires_at', 'is', null), w('expires_at', '>', now)]));
+    if (after) page = page.where((w) => w(w.refTuple('created_at', 'id'), '<', w.tuple(after.createdAt, after.id)));
+    return page.orderBy('created_at', 'desc').orderBy('id', 'desc').limit(limit).offset(offset);
   }
 
   /**

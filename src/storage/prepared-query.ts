@@ -14,13 +14,22 @@ import type { Compilable, CompiledQuery, Kysely } from 'kysely';
 
 type Arg = string | number;
 
+export interface PreparedQuery<A extends Arg[], R> {
+  (...args: A): Promise<R[]>;
+  /**
+   * The rows at once, when the SQLite handle can run the statement now (no transaction open on
+   * it); undefined otherwise (PostgreSQL, or a transaction open): call the query itself then.
+   */
+  now(...args: A): R[] | undefined;
+}
+
 export function preparedQuery<A extends Arg[], R>(
   // biome-ignore lint/suspicious/noExplicitAny: any schema
   db: Kysely<any>,
   kinds: { [K in keyof A]: A[K] extends number ? 'number' : 'string' },
   build: (...args: A) => Compilable<R>,
   sqlite: BetterSqlite3.Database | null = null,
-): (...args: A) => Promise<R[]> {
+): PreparedQuery<A, R> {
   const sentinels = (kinds as string[]).map((kind, i) =>
     kind === 'number' ? -7_000_000_000_001 - i : `\u0000sentinel${i}\u0000`,
   ) as A;
@@ -30,13 +39,18 @@ export function preparedQuery<A extends Arg[], R>(
     if (!slots.includes(i)) throw new Error(`preparedQuery: argument ${i} does not reach the SQL`);
   }
   const statement = sqlite?.prepare(compiled.sql);
-  return async (...args: A) => {
-    const parameters = compiled.parameters.map((value, i) => {
+  const parametersOf = (args: A) =>
+    compiled.parameters.map((value, i) => {
       const slot = slots[i] as number;
       return slot >= 0 ? args[slot] : value;
     });
-    if (statement && !sqlite?.inTransaction) return statement.all(...parameters) as R[];
-    const result = await db.executeQuery<R>({ ...compiled, parameters } as CompiledQuery<R>);
+  const now = (...args: A): R[] | undefined =>
+    statement && !sqlite?.inTransaction ? (statement.all(...parametersOf(args)) as R[]) : undefined;
+  const query = async (...args: A): Promise<R[]> => {
+    const rows = now(...args);
+    if (rows) return rows;
+    const result = await db.executeQuery<R>({ ...compiled, parameters: parametersOf(args) } as CompiledQuery<R>);
     return result.rows;
   };
+  return Object.assign(query, { now });
 }
