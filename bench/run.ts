@@ -1,8 +1,9 @@
 /**
  * `npm run bench`: fastpaste against tiny baselines doing the same storage work, measured in one
  * run, server pinned to core 0 and load from core 1 (autocannon, 50 connections, a warm-up,
- * then N seconds a scenario). Prints one table: scenario, req/s, p50, p99, errors, peak RSS of
- * the server, and the ratio to the baseline measured in the same run. 127.0.0.1 only; bounded.
+ * then N seconds a scenario, its baseline measured N/2 seconds just before and N/2 just after).
+ * Prints one table: scenario, req/s, p50, p99, errors, peak RSS of the server, and the ratio to
+ * the baseline measured around it in the same run. 127.0.0.1 only; bounded.
  * Usage: npm run bench [-- --seconds 10] [--db sqlite|postgres] [--redis redis://127.0.0.1:6379] [--markdown FILE] [--only 'text of a scenario name']
  * --db postgres uses BENCH_DATABASE_URL (or TEST_DATABASE_URL, or postgres://postgres@127.0.0.1:5432/test),
  * a fresh schema for each side, dropped at the end.
@@ -33,7 +34,7 @@ const SECONDS = Number(option('seconds', '10'));
 const WARMUP = Math.max(1, Math.round(SECONDS / 5));
 const PASTES = Number(option('pastes', '100000'));
 const MARKDOWN = option('markdown', '');
-/** Runs only the scenarios whose name contains this text (the baselines always run). */
+/** Runs only the scenarios whose name contains this text (and their baselines). */
 const ONLY = option('only', '');
 
 pinSelf();
@@ -227,27 +228,48 @@ interface Row {
   result: LoadResult;
   peakMb: number;
   baseline: string;
+  /** The baseline measured around this scenario: half before, half after (see paired()). */
+  pairedBaseline: LoadResult;
   goal: number;
 }
-const baselines: Record<string, LoadResult> = {};
 const rows: Row[] = [];
 
-async function measure(options: Parameters<typeof load>[0]): Promise<LoadResult> {
-  await load({ ...options, seconds: WARMUP });
-  return load({ ...options, seconds: SECONDS });
+/** Several measurements as one: their mean rate, the worst p50 and p99, every error. */
+function combined(results: LoadResult[]): LoadResult {
+  return {
+    rps: results.reduce((sum, r) => sum + r.rps, 0) / results.length,
+    p50: Math.max(...results.map((r) => r.p50)),
+    p99: Math.max(...results.map((r) => r.p99)),
+    errors: results.reduce((sum, r) => sum + r.errors, 0),
+    non2xx: results.reduce((sum, r) => sum + r.non2xx, 0),
+  };
 }
 
 const jsonCreate = JSON.stringify({ content: KB, language: 'text' });
-try {
-  baselines.R = await measure({ url: baseUrl, path: () => `/r/${pick(baseIds)}` });
-  baselines.RJ = await measure({ url: baseUrl, path: () => `/j/${pick(baseIds)}` });
-  baselines.W = await measure({
-    url: `${baseUrl}/w`,
-    method: 'POST',
-    body: KB,
-    headers: { 'content-type': 'text/plain' },
-  });
+const baselineLoads: Record<string, Parameters<typeof load>[0]> = {
+  R: { url: baseUrl, path: () => `/r/${pick(baseIds)}` },
+  RJ: { url: baseUrl, path: () => `/j/${pick(baseIds)}` },
+  W: { url: `${baseUrl}/w`, method: 'POST', body: KB, headers: { 'content-type': 'text/plain' } },
+};
 
+/**
+ * A scenario and its baseline measured around it, so that the machine's drift (its speed
+ * changes by a fifth or more from one minute to the next) falls on both: the baseline for half
+ * the time, the scenario for the whole time, the baseline for the other half. The ratio is the
+ * scenario's rate over the mean of the two halves.
+ */
+async function paired(base: string, options: Parameters<typeof load>[0]): Promise<[LoadResult, LoadResult]> {
+  const baseOptions = baselineLoads[base] as Parameters<typeof load>[0];
+  const half = Math.max(1, SECONDS / 2);
+  await load({ ...baseOptions, seconds: WARMUP });
+  const before = await load({ ...baseOptions, seconds: half });
+  await load({ ...options, seconds: WARMUP });
+  const result = await load({ ...options, seconds: SECONDS });
+  const after = await load({ ...baseOptions, seconds: half });
+  return [result, combined([before, after])];
+}
+
+try {
   server.resetPeak();
   const scenarios: Array<[string, string, number, Parameters<typeof load>[0]]> = [
     ['GET /raw/<id> (1 KB, random of 100k)', 'R', 0.8, { url: server.url, path: () => `/raw/${pick(pasteIds)}` }],
@@ -291,8 +313,8 @@ try {
   for (const [scenario, base, goal, options] of scenarios) {
     if (ONLY && !scenario.includes(ONLY)) continue;
     server.resetPeak();
-    const result = await measure(options);
-    rows.push({ scenario, result, baseline: base, goal, peakMb: server.peakRssMb() });
+    const [result, pairedBaseline] = await paired(base, options);
+    rows.push({ scenario, result, baseline: base, pairedBaseline, goal, peakMb: server.peakRssMb() });
     console.error(`${scenario}: ${result.rps.toFixed(0)} req/s`);
   }
 } finally {
@@ -302,19 +324,20 @@ try {
 }
 
 const peak = Math.max(...rows.map((row) => row.peakMb));
-const header = '| scenario | req/s | p50 ms | p99 ms | errors | peak RSS MB | baseline | ratio | goal |';
+const header =
+  '| scenario | req/s | p50 ms | p99 ms | errors | peak RSS MB | baseline (req/s around it) | ratio | goal |';
 const line = '|---|---:|---:|---:|---:|---:|---|---:|---|';
 const fmt = (r: LoadResult) => [r.rps.toFixed(0), String(r.p50), String(r.p99), String(r.errors + r.non2xx)];
 const table = [header, line];
-for (const [name, r] of Object.entries(baselines)) {
-  table.push(`| baseline ${name} | ${fmt(r).join(' | ')} | | | | |`);
+for (const name of Object.keys(baselineLoads)) {
+  const measured = rows.filter((row) => row.baseline === name).map((row) => row.pairedBaseline);
+  if (measured.length > 0) table.push(`| baseline ${name} (mean) | ${fmt(combined(measured)).join(' | ')} | | | | |`);
 }
 for (const row of rows) {
-  const base = baselines[row.baseline] as LoadResult;
-  const ratio = row.result.rps / base.rps;
+  const ratio = row.result.rps / row.pairedBaseline.rps;
   const status = ratio >= row.goal ? 'met' : 'not met';
   table.push(
-    `| ${row.scenario} | ${fmt(row.result).join(' | ')} | ${row.peakMb.toFixed(0)} | ${row.baseline} | ${ratio.toFixed(2)} | ≥ ${row.goal} ${status} |`,
+    `| ${row.scenario} | ${fmt(row.result).join(' | ')} | ${row.peakMb.toFixed(0)} | ${row.baseline} (${row.pairedBaseline.rps.toFixed(0)}) | ${ratio.toFixed(2)} | ≥ ${row.goal} ${status} |`,
   );
 }
 table.push(

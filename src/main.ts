@@ -9,7 +9,7 @@ import { openStorage } from './storage/database.js';
 import { migrateToLatest } from './storage/migrations.js';
 
 export async function serve(config: Config): Promise<void> {
-  const storage = openStorage(config.databaseUrl);
+  const storage = openStorage(config.databaseUrl, { backgroundCheckpoints: true });
   await migrateToLatest(storage.db);
   const logger = createLogger(config.logLevel);
   const services = await createServices(storage, { config, logger });

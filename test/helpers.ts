@@ -180,7 +180,7 @@ export async function startServer(options: TestServerOptions = {}): Promise<Test
   const redisUrl = options.env?.REDIS_URL ?? process.env.TEST_REDIS_URL;
   // A fresh database comes with fresh counters; a restart or second instance keeps them.
   if (owned && redisUrl && redisUrl === process.env.TEST_REDIS_URL) await clearRedisCounters(redisUrl);
-  const storage = openStorage(databaseUrl);
+  const storage = openStorage(databaseUrl, { backgroundCheckpoints: true });
   await migrateToLatest(storage.db);
 
   const port = await freePort();

@@ -40,7 +40,7 @@ describe('group commit', () => {
           }
         }
       });
-      while (created.length < 300) await new Promise((r) => setTimeout(r, 20));
+      while (created.length < 1000) await new Promise((r) => setTimeout(r, 20));
       await server.stop('SIGKILL');
       stop = true;
       await Promise.all(writers);
@@ -57,6 +57,37 @@ describe('group commit', () => {
       }
     } finally {
       await db.drop();
+    }
+  });
+});
+
+describe('WAL checkpoints in a thread of their own', () => {
+  it('the server connection never checkpoints; the thread copies the log into the file as writes go on', async (t) => {
+    const server = await startServer();
+    try {
+      const { checkpointer, sqlite } = server.services.storage;
+      if (!checkpointer || !sqlite) {
+        t.skip('SQLite only');
+        return;
+      }
+      assert.equal(sqlite.pragma('wal_autocheckpoint', { simple: true }), 0);
+      const key = await server.createKey();
+      const before = await checkpointer.framesCheckpointed();
+      for (let i = 0; i < 200; i++) {
+        const res = await fetch(`${server.url}/api/v1/cli`, {
+          method: 'POST',
+          headers: { 'x-api-key': key },
+          body: `checkpointed ${i}`,
+        });
+        assert.equal(res.status, 201);
+      }
+      const deadline = Date.now() + 5000;
+      while ((await checkpointer.framesCheckpointed()) <= before) {
+        assert.ok(Date.now() < deadline, 'no checkpoint within 5 s');
+        await new Promise((r) => setTimeout(r, 50));
+      }
+    } finally {
+      await server.close();
     }
   });
 });

@@ -10,6 +10,7 @@ import BetterSqlite3 from 'better-sqlite3';
 import { Kysely, PostgresDialect, SqliteDialect } from 'kysely';
 import type pg from 'pg';
 import type { Database } from './schema.js';
+import { WalCheckpointer } from './wal-checkpointer.js';
 
 /** The PostgreSQL driver, loaded only for a PostgreSQL database (it costs 17 MB of memory). */
 const loadPg = (): typeof pg => createRequire(import.meta.url)('pg');
@@ -23,16 +24,23 @@ export interface Storage {
   sqlite: BetterSqlite3.Database | null;
   /** The PostgreSQL pool, for stores that speak to it directly; null on SQLite. */
   pgPool: pg.Pool | null;
+  /** SQLite with backgroundCheckpoints: the thread that checkpoints the WAL; null otherwise. */
+  checkpointer?: WalCheckpointer | null;
   close(): Promise<void>;
 }
 
+export interface StorageOptions {
+  /** SQLite: WAL checkpoints run by a thread of their own (the server; not one-off commands). */
+  backgroundCheckpoints?: boolean;
+}
+
 /** `sqlite:./data/fastpaste.db`, `sqlite::memory:` or `postgres://...`. */
-export function openStorage(databaseUrl: string): Storage {
-  if (databaseUrl.startsWith('sqlite:')) return openSqlite(databaseUrl.slice('sqlite:'.length));
+export function openStorage(databaseUrl: string, options: StorageOptions = {}): Storage {
+  if (databaseUrl.startsWith('sqlite:')) return openSqlite(databaseUrl.slice('sqlite:'.length), options);
   return openPostgres(databaseUrl);
 }
 
-function openSqlite(path: string): Storage {
+function openSqlite(path: string, options: StorageOptions): Storage {
   const memory = path === ':memory:' || path === '';
   if (!memory) mkdirSync(dirname(resolve(path)), { recursive: true });
   const sqlite = new BetterSqlite3(memory ? ':memory:' : path);
@@ -41,13 +49,16 @@ function openSqlite(path: string): Storage {
   sqlite.pragma('synchronous = NORMAL');
   sqlite.pragma('busy_timeout = 5000');
   sqlite.pragma('foreign_keys = ON');
+  const checkpointer = !memory && options.backgroundCheckpoints ? new WalCheckpointer(sqlite, path) : null;
   const db = new Kysely<Database>({ dialect: new SqliteDialect({ database: withStatementCache(sqlite) }) });
   return {
     db,
     dialect: 'sqlite',
     sqlite,
     pgPool: null,
+    checkpointer,
     async close() {
+      await checkpointer?.stop();
       await db.destroy();
     },
   };
