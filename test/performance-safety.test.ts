@@ -8,6 +8,7 @@ import { createHash } from 'node:crypto';
 import { request as httpRequest } from 'node:http';
 import { describe, it } from 'node:test';
 import { pino } from 'pino';
+import type { PasteRepository } from '../src/storage/paste-repository.js';
 import { freshDatabase, request, startServer } from './helpers.js';
 import { fastpaste, startServerProcess } from './server-process.js';
 
@@ -434,6 +435,19 @@ describe('the expiry sweep', () => {
           `INSERT INTO pastes (id, owner_key_id, content, content_type, file_size, sha256, created_at, expires_at, view_count, burn_after_read, encrypted, downloadable, is_public, source) VALUES ${values.join(', ')}`,
         );
       }
+      // Each batch is timed: the pause after it is at least as long as it took (at most half the
+      // server's time goes to the sweep).
+      const repository = (server.services.pastes as unknown as { pastes: PasteRepository }).pastes;
+      const deleteExpired = repository.deleteExpired.bind(repository);
+      const batches: Array<{ start: number; end: number; size: number }> = [];
+      repository.deleteExpired = async (at: number, size: number) => {
+        const start = performance.now();
+        try {
+          return await deleteExpired(at, size);
+        } finally {
+          batches.push({ start, end: performance.now(), size });
+        }
+      };
       let finished = false;
       const sweeping = server.services.pastes.sweepExpired(50).then((removed) => {
         finished = true;
@@ -445,6 +459,14 @@ describe('the expiry sweep', () => {
       assert.equal(await sweeping, 3000);
       const [left] = await server.sql<{ n: number }>('SELECT COUNT(*) AS n FROM pastes');
       assert.equal(Number(left?.n), 0);
+      assert.ok(batches.length > 1);
+      for (let i = 1; i < batches.length; i++) {
+        const previous = batches[i - 1] as { start: number; end: number; size: number };
+        const current = batches[i] as { start: number; end: number; size: number };
+        const pause = current.start - previous.end;
+        assert.ok(pause >= Math.max(2, previous.end - previous.start) - 1, `pause ${pause} ms after a batch`);
+        assert.ok(current.size >= 10 && current.size <= 1000);
+      }
     } finally {
       await server.close();
     }

@@ -59,6 +59,8 @@ export interface Read {
 }
 
 const ID_ATTEMPTS = 8;
+/** How long one batch of the expiry sweep may hold the event loop. */
+const SWEEP_SLICE_MS = 2;
 
 const sha256Hex = (text: string): string => createHash('sha256').update(text, 'utf8').digest('hex');
 
@@ -311,16 +313,25 @@ export class PasteService {
     return this.pastes.listPublic(this.clock(), limit, offset);
   }
 
-  /** Removes every expired paste, in batches so that no statement holds the database long. */
-  async sweepExpired(batch = 200, pauseMs = 2): Promise<number> {
+  /**
+   * Removes every expired paste, in batches that each hold the event loop about SWEEP_SLICE_MS:
+   * the batch size follows how long the last one took (from `firstBatch`, between 10 and 1,000),
+   * and the pause after a batch is at least as long as the batch, so the sweep takes at most half
+   * the server's time and no request waits behind more than one slice. A sweep of a million rows
+   * then takes minutes, which D12 allows, instead of holding up reads.
+   */
+  async sweepExpired(firstBatch = 50, minPauseMs = 2): Promise<number> {
     let removed = 0;
+    let batch = firstBatch;
     for (;;) {
+      const started = performance.now();
       const count = await this.pastes.deleteExpired(this.clock(), batch);
+      const took = performance.now() - started;
       removed += count;
       if (count < batch) return removed;
-      // Requests go between batches (a short pause, not just a turn of the event loop): a sweep of
-      // a million rows must not hold the server, and nothing is lost by taking a few minutes.
-      await new Promise((resolve) => setTimeout(resolve, pauseMs));
+      if (took > SWEEP_SLICE_MS) batch = Math.max(10, Math.floor(batch / 2));
+      else if (took < SWEEP_SLICE_MS / 2) batch = Math.min(1000, batch * 2);
+      await new Promise((resolve) => setTimeout(resolve, Math.max(minPauseMs, took)));
     }
   }
 }
