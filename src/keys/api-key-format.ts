@@ -3,7 +3,7 @@
  * 6-character checksum. The prefix lets secret scanners find leaked keys; the checksum refuses a
  * mistyped key without a database look-up. Only the SHA-256 digest is ever stored.
  */
-import { createHash } from 'node:crypto';
+import { hash } from 'node:crypto';
 import { randomBase62 } from '../pastes/paste-ids.js';
 
 const PREFIX = 'fp_';
@@ -13,7 +13,7 @@ const BASE62 = '0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz';
 const KEY_PATTERN = new RegExp(`^${PREFIX}[0-9A-Za-z]{${BODY_LENGTH + CHECKSUM_LENGTH}}$`);
 
 function checksum(body: string): string {
-  let value = createHash('sha256').update(body).digest().readUInt32BE(0);
+  let value = hash('sha256', body, 'buffer').readUInt32BE(0);
   let out = '';
   for (let i = 0; i < CHECKSUM_LENGTH; i++) {
     out = BASE62[value % 62] + out;
@@ -36,5 +36,5 @@ export function isWellFormedApiKey(key: string): boolean {
 
 /** What is stored in place of the key. */
 export function apiKeyDigest(key: string): string {
-  return createHash('sha256').update(key).digest('hex');
+  return hash('sha256', key, 'hex');
 }

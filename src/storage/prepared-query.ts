@@ -39,13 +39,29 @@ export function preparedQuery<A extends Arg[], R>(
     if (!slots.includes(i)) throw new Error(`preparedQuery: argument ${i} does not reach the SQL`);
   }
   const statement = sqlite?.prepare(compiled.sql);
+  // Rows come from SQLite as arrays and are made into objects here: better-sqlite3 building each
+  // row object natively cost a third of a 20-row list query.
+  const names = statement?.reader
+    ? statement
+        .raw(true)
+        .columns()
+        .map((column) => column.name)
+    : [];
+  const toObject = (values: unknown[]): R => {
+    const row: Record<string, unknown> = {};
+    for (let i = 0; i < names.length; i++) row[names[i] as string] = values[i];
+    return row as R;
+  };
   const parametersOf = (args: A) =>
     compiled.parameters.map((value, i) => {
       const slot = slots[i] as number;
       return slot >= 0 ? args[slot] : value;
     });
-  const now = (...args: A): R[] | undefined =>
-    statement && !sqlite?.inTransaction ? (statement.all(...parametersOf(args)) as R[]) : undefined;
+  const now = (...args: A): R[] | undefined => {
+    if (!statement || sqlite?.inTransaction) return undefined;
+    const rows = statement.all(...parametersOf(args));
+    return statement.reader ? (rows as unknown[][]).map(toObject) : (rows as R[]);
+  };
   const query = async (...args: A): Promise<R[]> => {
     const rows = now(...args);
     if (rows) return rows;
