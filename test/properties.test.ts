@@ -2497,7 +2497,10 @@ describe('properties: every endpoint under random and malformed input', () => {
           assert.ok(Number(status[1]) < 500, `server error: ${w}`);
           const split = text.indexOf('\r\n\r\n');
           const head = text.slice(0, split);
-          const body = text.slice(split + 4);
+          // An empty header line among the random ones ends the request early, and what follows
+          // is a second request with an answer of its own: only the first answer's body is read.
+          const length = /content-length: (\d+)/i.exec(head);
+          const body = text.slice(split + 4, length ? split + 4 + Number(length[1]) : undefined);
           if (Number(status[1]) >= 400 && !/^HEAD /.test(c.line)) {
             assert.match(head, /content-type: application\/json|content-type: text\/html/i, `no envelope: ${w}`);
             if (/content-type: application\/json/i.test(head) && !/transfer-encoding: chunked/i.test(head)) {
