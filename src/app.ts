@@ -121,15 +121,19 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   });
 
   app.decorateRequest('apiKey', null);
-  app.addHook('onRequest', async (request, reply) => {
+  // A callback hook, not an async one: every request passes here, and a promise a request adds up.
+  app.addHook('onRequest', (request, reply, done) => {
     reply.headers(SECURITY_HEADERS);
     if (!config.apiEnabled && isApiRequest(request)) {
-      throw new AppError('api_disabled', 'The API is turned off on this server.');
+      done(new AppError('api_disabled', 'The API is turned off on this server.'));
+      return;
     }
     const encoding = request.headers['content-encoding'];
     if (encoding !== undefined && encoding.toLowerCase() !== 'identity') {
-      throw new AppError('invalid_request', 'Compressed request bodies are not accepted; send the body as is.');
+      done(new AppError('invalid_request', 'Compressed request bodies are not accepted; send the body as is.'));
+      return;
     }
+    done();
   });
 
   answerUnmetExpectations(app.server);
