@@ -499,18 +499,25 @@ describe('view counts kept apart from the pastes', () => {
         return new Map(rows.map((row) => [row.paste_id, Number(row.views)]));
       };
       const flushing = views.flush();
-      // While the flush goes on, written + not yet written is always the whole count.
+      // While the flush goes on, written + not yet written is never less than the whole count;
+      // on SQLite (a chunk's commit and its leaving the counter happen in one synchronous step)
+      // it is exactly the whole count. On PostgreSQL a read between a chunk's commit and its
+      // leaving the counter may see those views twice, never none.
+      const exact = server.services.storage.dialect === 'sqlite';
       let checks = 0;
       let done = false;
       void flushing.then(() => {
         done = true;
       });
+      const probes = [0, 1234, 2499].map((i) => ({ id: ids[i] as string, expected: expected(i) }));
       while (!done) {
+        const unwritten = probes.map((probe) => views.unwritten(probe.id)); // before the read: see above
         const written = await stored();
-        for (const i of [0, 1234, 2499]) {
-          const id = ids[i] as string;
-          assert.equal((written.get(id) ?? 0) + views.unwritten(id), expected(i));
-        }
+        probes.forEach((probe, k) => {
+          const seen = (written.get(probe.id) ?? 0) + (unwritten[k] as number);
+          if (exact) assert.equal(seen, probe.expected);
+          else assert.ok(seen >= probe.expected, `${seen} views seen of ${probe.expected}`);
+        });
         checks++;
         await new Promise((resolve) => setImmediate(resolve)); // SQLite answers in microtasks: let the flush go on
       }

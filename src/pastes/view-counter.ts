@@ -1,7 +1,10 @@
 /**
  * View counts, added up in memory and written in one statement batch every second, so that a
- * read costs no database write. What a reader is shown counts the views not yet written. A crash
- * loses at most the last second of counts; a burn (which must be exact) never goes through here.
+ * read costs no database write. What a reader is shown counts the views not yet written (those
+ * pending and those of the batch being written). On SQLite that is exact: a chunk's commit and
+ * its leaving the batch are one synchronous step. On PostgreSQL a read that meets a flush may be
+ * off by that second's views of the paste until the flush ends. A crash loses at most the last
+ * second of counts; a burn (which must be exact) never goes through here.
  */
 import type { PasteRepository } from '../storage/paste-repository.js';
 
