@@ -3,8 +3,8 @@
  * `GET /api/v1/paste/<id>`, answered straight from node:http when they are plain successes,
  * without the framework's routing, hooks and reply machinery (on a 1 KB read those cost about as
  * much as the read itself). The lane decides no rule of its own: the paste rules are
- * PasteService.plainPaste/countRead's, the key and quota rules KeyService's and QuotaService's,
- * the headers the ones every answer carries. Everything else (a query string, HEAD, a password,
+ * PasteService's (plainContent, plainPasteNow, countRead), the key and quota rules KeyService's
+ * and QuotaService's, the headers the ones every answer carries. Everything else (a query string, HEAD, a password,
  * a view-once paste, a paste that is not there, a key not looked up in the last second, any
  * refusal, a server shutting down) goes to Fastify, which answers it as it always does. A request
  * the lane hands over has had nothing consumed: it counts quota only when it is about to answer.

@@ -32,10 +32,6 @@ interface Counted extends WindowState {
   lengthSeconds: number;
 }
 
-function counterKey(subject: string, kind: WindowKind, start: number): string {
-  return `${subject}:${kind}:${windowLabel(start)}`;
-}
-
 function windowLabel(start: number): string {
   return new Date(start).toISOString().slice(0, 13);
 }
@@ -46,6 +42,23 @@ interface WindowPlan {
   end: number;
   lengthSeconds: number;
   label: string;
+}
+
+/** The counter of `subject` in that window (its key names the window, so it only counts up). */
+function counterKey(subject: string, window: WindowPlan): string {
+  return `${subject}:${window.kind}:${window.label}`;
+}
+
+/** What a window shows after `used` requests in it (`lengthSeconds` for the policy header). */
+function windowState(window: WindowPlan, limit: number, used: number, now: number) {
+  return {
+    kind: window.kind,
+    limit,
+    used,
+    remaining: Math.max(0, limit - used),
+    resetSeconds: Math.max(1, Math.ceil((window.end - now) / 1000)),
+    lengthSeconds: window.lengthSeconds,
+  };
 }
 
 /** The three windows of the current hour, worked out once an hour (they change only then). */
@@ -93,22 +106,11 @@ export class QuotaService {
       windowsAt(now)
         .filter((w) => limits[w.kind] > 0)
         .map(async (w): Promise<Counted> => {
-          const resetSeconds = Math.max(1, Math.ceil((w.end - now) / 1000));
-          const key = `${subject}:${w.kind}:${w.label}`;
+          const key = counterKey(subject, w);
           // The counter outlives its window by a minute, so clocks a little apart still agree.
-          const ttlSeconds = resetSeconds + 60;
+          const ttlSeconds = Math.max(1, Math.ceil((w.end - now) / 1000)) + 60;
           const used = await this.counters.increment(key, ttlSeconds);
-          const limit = limits[w.kind];
-          return {
-            kind: w.kind,
-            limit,
-            used,
-            remaining: Math.max(0, limit - used),
-            resetSeconds,
-            key,
-            ttlSeconds,
-            lengthSeconds: w.lengthSeconds,
-          };
+          return { ...windowState(w, limits[w.kind], used, now), key, ttlSeconds };
         }),
     );
     const exhausted = windows.filter((w) => w.used > w.limit);
@@ -138,38 +140,25 @@ export class QuotaService {
     const now = this.clock();
     const windows = windowsAt(now).filter((w) => limits[w.kind] > 0);
     const used = this.counters.incrementAllNow(
-      windows.map((w) => ({ key: `${subject}:${w.kind}:${w.label}`, limit: limits[w.kind] })),
+      windows.map((w) => ({ key: counterKey(subject, w), limit: limits[w.kind] })),
     );
     if (!used) return undefined;
-    return quotaHeaders(
-      windows.map((w, i) => {
-        const limit = limits[w.kind];
-        return {
-          kind: w.kind,
-          limit,
-          used: used[i] as number,
-          remaining: Math.max(0, limit - (used[i] as number)),
-          resetSeconds: Math.max(1, Math.ceil((w.end - now) / 1000)),
-          lengthSeconds: w.lengthSeconds,
-        };
-      }),
-    );
+    return quotaHeaders(windows.map((w, i) => windowState(w, limits[w.kind], used[i] as number, now)));
   }
 
   /** Used and left in each window, without counting anything (for `fastpaste keys usage`). */
   async usage(subject: string, limits: Limits): Promise<WindowState[]> {
     const now = this.clock();
     return Promise.all(
-      WINDOW_KINDS.map(async (kind): Promise<WindowState> => {
-        const bounds = windowAt(kind, now);
-        const used = await this.counters.read(counterKey(subject, kind, bounds.start));
-        const limit = limits[kind];
+      windowsAt(now).map(async (w): Promise<WindowState> => {
+        const used = await this.counters.read(counterKey(subject, w));
+        const limit = limits[w.kind];
         return {
-          kind,
+          kind: w.kind,
           limit,
           used,
           remaining: limit === 0 ? Number.POSITIVE_INFINITY : Math.max(0, limit - used),
-          resetSeconds: Math.ceil((bounds.end - now) / 1000),
+          resetSeconds: Math.ceil((w.end - now) / 1000),
         };
       }),
     );

@@ -180,9 +180,7 @@ export class PasteService {
    * view counted (no password, not view-once); null when read() must decide. No side effects.
    */
   async plainPaste(id: string): Promise<Paste | null> {
-    const paste = await this.pastes.findLive(id, this.clock());
-    if (!paste || paste.passwordHash !== null || paste.burnAfterRead) return null;
-    return paste;
+    return plainOrNull(await this.pastes.findLive(id, this.clock()));
   }
 
   /**
@@ -191,9 +189,7 @@ export class PasteService {
    */
   plainPasteNow(id: string): Paste | null | Promise<Paste | null> {
     const found = this.pastes.findLiveNow(id, this.clock());
-    if (!found) return this.plainPaste(id);
-    const paste = found[0];
-    return paste && paste.passwordHash === null && !paste.burnAfterRead ? paste : null;
+    return found ? plainOrNull(found[0]) : this.plainPaste(id);
   }
 
   /**
@@ -334,6 +330,11 @@ export class PasteService {
       await pauseFor(Math.max(minPauseMs, took));
     }
   }
+}
+
+/** The paste if it may be served as is (no password, not view-once), else null. */
+function plainOrNull(paste: Paste | undefined): Paste | null {
+  return paste && paste.passwordHash === null && !paste.burnAfterRead ? paste : null;
 }
 
 /**

@@ -41,8 +41,9 @@ export function preparedQuery<A extends Arg[], R>(
   const statement = sqlite?.prepare(compiled.sql);
   // Rows come from SQLite as arrays and are made into objects here: better-sqlite3 building each
   // row object natively cost a third of a 20-row list query.
-  const names = statement?.reader
-    ? statement
+  const asObjects = statement?.reader === true;
+  const names = asObjects
+    ? (statement as BetterSqlite3.Statement)
         .raw(true)
         .columns()
         .map((column) => column.name)
@@ -60,7 +61,7 @@ export function preparedQuery<A extends Arg[], R>(
   const now = (...args: A): R[] | undefined => {
     if (!statement || sqlite?.inTransaction) return undefined;
     const rows = statement.all(...parametersOf(args));
-    return statement.reader ? (rows as unknown[][]).map(toObject) : (rows as R[]);
+    return asObjects ? (rows as unknown[][]).map(toObject) : (rows as R[]);
   };
   const query = async (...args: A): Promise<R[]> => {
     const rows = now(...args);
