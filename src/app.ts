@@ -18,7 +18,7 @@ import { type NotFoundThrottle, registerNotFoundThrottle } from './http/not-foun
 import { registerBodyParsers } from './http/request-bodies.js';
 import { SECURITY_HEADERS } from './http/security-headers.js';
 import { registerUploadSlots } from './http/upload-slots.js';
-import { registerWebRoutes } from './http/web/web-routes.js';
+import { readPageParts, registerWebRoutes } from './http/web/web-routes.js';
 import type { Services } from './services.js';
 
 export interface AppDeps {
@@ -73,6 +73,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     keys: services.keys,
     quota: services.quota,
     presenter: services.presenter,
+    readPage: (read) => readPageParts(read, services.presenter),
     apiEnabled: config.apiEnabled,
     trustProxy: config.trustProxy,
     admits: (address) => {

@@ -323,8 +323,33 @@ describe('the fast lane', () => {
         Object.fromEntries(Object.entries(comparable(headers)).filter(([name]) => !name.startsWith('ratelimit')));
       assert.deepEqual(withoutQuota(laneApi.headers), withoutQuota(frameworkApi.headers));
 
+      // /view: the page, highlighted, written in parts by the lane; the same bytes as the
+      // framework's but for the view count it shows (one more each time).
+      const code = await create({ content: 'def f(x):\n    return [i * 2 for i in x]  # <b>&\n', language: 'python' });
+      for (const id of [plain, code]) {
+        const lines = fastLines();
+        const laneView = await fetch(`${server.url}/view/${id}`);
+        assert.equal(fastLines(), lines + 1);
+        const frameworkView = await fetch(`${server.url}/view/${id}?via=framework`);
+        assert.equal(fastLines(), lines + 1);
+        assert.equal(laneView.status, 200);
+        const withoutLength = (headers: Headers) =>
+          Object.fromEntries(Object.entries(comparable(headers)).filter(([name]) => name !== 'content-length'));
+        assert.deepEqual(withoutLength(laneView.headers), withoutLength(frameworkView.headers));
+        const laneHtml = await laneView.text();
+        const frameworkHtml = await frameworkView.text();
+        assert.equal(Number(laneView.headers.get('content-length')), Buffer.byteLength(laneHtml));
+        const views = (html: string) => Number(/(\d+) views?</.exec(html)?.[1]);
+        assert.equal(views(frameworkHtml), views(laneHtml) + 1);
+        assert.equal(laneHtml.replace(/\d+ views?</, 'N views<'), frameworkHtml.replace(/\d+ views?</, 'N views<'));
+        if (id === code) assert.match(laneHtml, /<span class="hljs-keyword">def<\/span>/);
+      }
+
       // Everything else is the framework's: password, view-once, missing, HEAD, a bad key.
       const before = fastLines();
+      assert.match(await (await fetch(`${server.url}/view/${protectedId}`)).text(), /Password required/);
+      assert.match(await (await fetch(`${server.url}/view/${burnId}`)).text(), /View once/);
+      assert.equal((await fetch(`${server.url}/view/nope-not-here`)).status, 404);
       assert.equal((await fetch(`${server.url}/raw/${protectedId}`)).status, 403);
       assert.equal((await fetch(`${server.url}/raw/${burnId}`)).status, 200);
       assert.equal((await fetch(`${server.url}/raw/${burnId}`)).status, 404);

@@ -101,6 +101,6 @@ export function sendError(request: FastifyRequest, reply: FastifyReply, thrown: 
     error: true,
     message,
     code: error.code,
-    ...(error.details ? { details: error.details } : {}),
+    details: error.details,
   });
 }

@@ -1,10 +1,10 @@
 /**
- * The fast lane: the two reads that scripts repeat most, `GET /raw/<id>` and
- * `GET /api/v1/paste/<id>`, answered straight from node:http when they are plain successes,
+ * The fast lane: the reads repeated most, `GET /raw/<id>`, `GET /api/v1/paste/<id>` and
+ * `GET /view/<id>`, answered straight from node:http when they are plain successes,
  * without the framework's routing, hooks and reply machinery (on a 1 KB read those cost about as
  * much as the read itself). The lane decides no rule of its own: the paste rules are
  * PasteService's (plainContent, plainPasteNow, countRead), the key and quota rules KeyService's
- * and QuotaService's, the headers the ones every answer carries. Everything else (a query string, HEAD, a password,
+ * and QuotaService's, the page the web routes' (readPage), the headers the ones every answer carries. Everything else (a query string, HEAD, a password,
  * a view-once paste, a paste that is not there, a key not looked up in the last second, any
  * refusal, a server shutting down) goes to Fastify, which answers it as it always does. A request
  * the lane hands over has had nothing consumed: it counts quota only when it is about to answer.
@@ -14,8 +14,9 @@ import type { FastifyServerFactory, FastifyServerFactoryHandler, FastifyServerOp
 import type { Logger } from 'pino';
 import type { KeyService } from '../keys/key-service.js';
 import type { QuotaService } from '../keys/quota-service.js';
+import type { Paste } from '../pastes/paste.js';
 import type { PastePresenter } from '../pastes/paste-presenter.js';
-import type { PasteService } from '../pastes/paste-service.js';
+import type { PasteService, Read } from '../pastes/paste-service.js';
 import { SECURITY_HEADERS } from './security-headers.js';
 
 export interface FastLaneDeps {
@@ -23,6 +24,8 @@ export interface FastLaneDeps {
   keys: KeyService;
   quota: QuotaService;
   presenter: PastePresenter;
+  /** A paste's page as /view writes it, in parts (the template as text, the code as bytes). */
+  readPage(read: Read): Array<string | Buffer>;
   apiEnabled: boolean;
   trustProxy: boolean;
   /** False when the client address may not be served now (the 404 throttle refuses it). */
@@ -30,11 +33,12 @@ export interface FastLaneDeps {
   logger?: Logger | undefined;
 }
 
-type Lane = 'raw' | 'api';
+type Lane = 'raw' | 'api' | 'view';
 
 const PLAIN_ID = /^[A-Za-z0-9_-]{3,69}$/;
 const RAW_PREFIX = '/raw/';
 const API_PREFIX = '/api/v1/paste/';
+const VIEW_PREFIX = '/view/';
 
 const TEXT_HEADERS = {
   ...SECURITY_HEADERS,
@@ -42,6 +46,7 @@ const TEXT_HEADERS = {
   'cache-control': 'no-store',
 };
 const JSON_HEADERS = { ...SECURITY_HEADERS, 'content-type': 'application/json; charset=utf-8' };
+const HTML_HEADERS = { ...SECURITY_HEADERS, 'content-type': 'text/html; charset=utf-8', 'cache-control': 'no-store' };
 
 export class FastLane {
   /** Set when the server starts closing: from then on Fastify answers (503) every request. */
@@ -57,6 +62,7 @@ export class FastLane {
     if (headers['content-encoding'] !== undefined || headers['x-paste-password'] !== undefined) return null;
     if (this.deps.trustProxy && headers['x-forwarded-for'] !== undefined) return null;
     if (url.startsWith(RAW_PREFIX)) return PLAIN_ID.test(url.slice(RAW_PREFIX.length)) ? 'raw' : null;
+    if (url.startsWith(VIEW_PREFIX)) return PLAIN_ID.test(url.slice(VIEW_PREFIX.length)) ? 'view' : null;
     if (this.deps.apiEnabled && url.startsWith(API_PREFIX) && typeof headers['x-api-key'] === 'string') {
       return PLAIN_ID.test(url.slice(API_PREFIX.length)) ? 'api' : null;
     }
@@ -77,7 +83,26 @@ export class FastLane {
       if (content === null) return false;
       return content.then((later) => later !== null && this.sendRaw(req, res, later, started));
     }
+    if (lane === 'view') {
+      const paste = this.deps.pastes.plainPasteNow(url.slice(VIEW_PREFIX.length));
+      if (paste === null) return false;
+      if (!(paste instanceof Promise)) return this.sendPage(req, res, paste, started);
+      return paste.then((later) => later !== null && this.sendPage(req, res, later, started));
+    }
     return this.serveApi(req, res, url, started);
+  }
+
+  private sendPage(req: IncomingMessage, res: ServerResponse, paste: Paste, started: bigint): true {
+    const parts = this.deps.readPage(this.deps.pastes.countRead(paste));
+    let length = 0;
+    for (const part of parts) length += typeof part === 'string' ? Buffer.byteLength(part) : part.length;
+    res.writeHead(200, Object.assign({}, HTML_HEADERS, { 'content-length': length }));
+    // One writev for the parts: end() uncorks what cork() held.
+    res.cork();
+    for (let i = 0; i < parts.length - 1; i++) res.write(parts[i]);
+    res.end(parts[parts.length - 1]);
+    this.logCompleted(req, started);
+    return true;
   }
 
   private sendRaw(req: IncomingMessage, res: ServerResponse, content: string, started: bigint): true {
@@ -101,7 +126,7 @@ export class FastLane {
     }
     const read = this.deps.pastes.countRead(paste);
     const body = JSON.stringify({ error: false, data: this.deps.presenter.detail(read.paste, read.burned) });
-    this.send(req, res, { ...JSON_HEADERS, ...quotaHeaders }, body, started);
+    this.send(req, res, Object.assign({}, JSON_HEADERS, quotaHeaders), body, started);
     return true;
   }
 
@@ -112,8 +137,12 @@ export class FastLane {
     body: string,
     started: bigint,
   ): void {
-    res.writeHead(200, { ...headers, 'content-length': Buffer.byteLength(body) });
+    res.writeHead(200, Object.assign({}, headers, { 'content-length': Buffer.byteLength(body) }));
     res.end(body);
+    this.logCompleted(req, started);
+  }
+
+  private logCompleted(req: IncomingMessage, started: bigint): void {
     const logger = this.deps.logger;
     if (logger?.isLevelEnabled('info')) {
       const responseTime = Number(process.hrtime.bigint() - started) / 1e6;

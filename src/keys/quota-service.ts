@@ -110,7 +110,7 @@ export class QuotaService {
           // The counter outlives its window by a minute, so clocks a little apart still agree.
           const ttlSeconds = Math.max(1, Math.ceil((w.end - now) / 1000)) + 60;
           const used = await this.counters.increment(key, ttlSeconds);
-          return { ...windowState(w, limits[w.kind], used, now), key, ttlSeconds };
+          return Object.assign(windowState(w, limits[w.kind], used, now), { key, ttlSeconds });
         }),
     );
     const exhausted = windows.filter((w) => w.used > w.limit);
@@ -125,7 +125,7 @@ export class QuotaService {
       const retryAfter = Math.max(...exhausted.map((w) => w.resetSeconds));
       const names = exhausted.map((w) => w.kind).join(' and ');
       throw new AppError('rate_limited', `Rate limit exceeded: the ${names} limit is used up.`, {
-        headers: { ...headers, 'retry-after': String(retryAfter) },
+        headers: Object.assign({}, headers, { 'retry-after': String(retryAfter) }),
       });
     }
     return headers;

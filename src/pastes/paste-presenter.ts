@@ -25,7 +25,7 @@ export class PastePresenter {
 
   /** `data` of a 201 from POST /api/v1/paste (and of quick-create's JSON answer). */
   created(paste: Paste, request: { key?: string | undefined; downloadable: boolean; encrypt: boolean }) {
-    return {
+    const data: Record<string, unknown> = {
       paste_id: paste.id,
       url: this.viewUrl(paste.id, request.key),
       raw_url: this.rawUrl(paste.id),
@@ -35,10 +35,11 @@ export class PastePresenter {
       burn_after_read: paste.burnAfterRead,
       encrypted: paste.encrypted,
       downloadable: isDownloadable(paste),
-      ...(request.downloadable && !request.encrypt
-        ? { warning: 'downloadable has no effect on a paste that is not encrypted: it is always downloadable.' }
-        : {}),
     };
+    if (request.downloadable && !request.encrypt) {
+      data.warning = 'downloadable has no effect on a paste that is not encrypted: it is always downloadable.';
+    }
+    return data;
   }
 
   /** `data` of GET /api/v1/paste/{id}. */

@@ -48,8 +48,8 @@ export interface ReadOptions {
   password?: string | undefined;
   /** False for HEAD and previews: every check runs, nothing is consumed or counted (D11). */
   consume: boolean;
-  /** Who is guessing, for the throttle on wrong passwords (D13). */
-  clientAddress: string;
+  /** Who is guessing, for the throttle on wrong passwords (D13); asked only when one is checked. */
+  clientAddress(): string;
 }
 
 export interface Read {
@@ -234,7 +234,7 @@ export class PasteService {
     }
     // The guess is counted before it is hashed, so a burst of parallel guesses cannot all pass
     // the check before the first is counted; a right password gives its count back.
-    const guessKey = `${options.clientAddress}|${paste.id}`;
+    const guessKey = `${options.clientAddress()}|${paste.id}`;
     try {
       await this.guesses.consume(guessKey);
     } catch (rejection) {

@@ -172,8 +172,8 @@ function toLiveContent(row: Pick<PasteRow, 'content' | 'password_hash' | 'burn_a
 }
 
 function toSummary(row: Omit<PasteRow, 'content' | 'password_hash'>): PasteSummary {
-  const { content: _c, passwordHash: _p, ...summary } = toPaste({ ...row, content: '', password_hash: null });
-  return summary;
+  // The row has no content or password hash; the summary's type leaves both out.
+  return toPaste(row as RowWithViews);
 }
 
 /** What the plain read of a paste's content needs: the content and what would forbid it. */

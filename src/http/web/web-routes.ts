@@ -8,11 +8,11 @@ import { create as contentDisposition } from 'content-disposition';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { AppError, invalidRequest } from '../../errors.js';
 import type { PastePresenter } from '../../pastes/paste-presenter.js';
-import type { PasteService } from '../../pastes/paste-service.js';
+import type { PasteService, Read } from '../../pastes/paste-service.js';
 import { pasteIdParam, readOptions, sendText } from '../api/paste-routes.js';
 import { UrlEncodedBody } from '../request-bodies.js';
 import { highlight } from './highlight.js';
-import { archivePage, gatePage, homePage, pastePage, sitemapXml } from './pages.js';
+import { archivePage, gatePage, homePage, pastePageParts, sitemapXml } from './pages.js';
 
 export interface WebDeps {
   pastes: PasteService;
@@ -20,6 +20,19 @@ export interface WebDeps {
 }
 
 const ARCHIVE_PAGE_SIZE = 50;
+
+/** The page of a paste just read, in the parts it is written in (pages.ts pastePageParts). */
+export function readPageParts(read: Read, presenter: PastePresenter): Array<string | Buffer> {
+  const paste = read.paste;
+  return pastePageParts(
+    paste,
+    { rawUrl: presenter.rawUrl(paste.id), downloadUrl: presenter.downloadUrl(paste) },
+    {
+      burned: read.burned,
+      highlighted: paste.encrypted ? null : highlight(paste.content, paste.language, paste.sha256),
+    },
+  );
+}
 const SITEMAP_MAX = 50_000;
 
 const STATIC_FILES: Record<string, { type: string; body: Buffer }> = {
@@ -51,18 +64,11 @@ function formField(request: FastifyRequest, name: string): string | undefined {
 export async function registerWebRoutes(app: FastifyInstance, deps: WebDeps): Promise<void> {
   const { pastes, presenter } = deps;
 
-  const renderRead = (reply: FastifyReply, read: { paste: import('../../pastes/paste.js').Paste; burned: boolean }) =>
+  const renderRead = (reply: FastifyReply, read: Read) =>
     sendPage(
       reply,
-      pastePage(
-        read.paste,
-        { rawUrl: presenter.rawUrl(read.paste.id), downloadUrl: presenter.downloadUrl(read.paste) },
-        {
-          burned: read.burned,
-          highlighted: read.paste.encrypted
-            ? null
-            : highlight(read.paste.content, read.paste.language, read.paste.sha256),
-        },
+      Buffer.concat(
+        readPageParts(read, presenter).map((part) => (typeof part === 'string' ? Buffer.from(part) : part)),
       ),
     );
 
