@@ -13,6 +13,17 @@ import autocannon from 'autocannon';
 
 const ROOT = new URL('..', import.meta.url).pathname;
 
+/**
+ * The node flags `npm start` runs the server with (package.json's start script), so that the
+ * benchmarks measure the server as it is started.
+ */
+export const SERVER_NODE_FLAGS: string[] = (() => {
+  const start = (JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { scripts: { start: string } }).scripts
+    .start;
+  const words = start.split(/\s+/);
+  return words.slice(words.indexOf('node') + 1, words.indexOf('bin/fastpaste.js'));
+})();
+
 /** `--name value` from the command line, or the fallback. */
 export function option(name: string, fallback: string): string {
   const args = process.argv.slice(2);
@@ -106,7 +117,7 @@ export async function startBenchServer(env: Record<string, string> = {}): Promis
   // Migrate first so that keys can be made before the server starts.
   fastpasteCommand(databaseUrl, ['migrate']);
   // BENCH_NODE_ARGS: flags for the server's node (say --cpu-prof --cpu-prof-dir=/tmp/prof).
-  const nodeArgs = (process.env.BENCH_NODE_ARGS ?? '').split(' ').filter(Boolean);
+  const nodeArgs = [...SERVER_NODE_FLAGS, ...(process.env.BENCH_NODE_ARGS ?? '').split(' ').filter(Boolean)];
   const args = [...nodeArgs, join(ROOT, 'bin/fastpaste.js'), 'serve'];
   const child = hasTaskset()
     ? spawn('taskset', ['-c', '0', process.execPath, ...args], { env: fullEnv, stdio: 'inherit' })

@@ -6,7 +6,7 @@
 import assert from 'node:assert/strict';
 import { type ChildProcess, execFile, spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -145,6 +145,14 @@ async function tableNames(databaseUrl: string): Promise<string[]> {
 }
 
 describe('fastpaste command', () => {
+  it('runs node with the flags npm start gives it (the memory settings the benchmark measured)', () => {
+    const start = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')).scripts.start as string;
+    const flags = /^node ((?:--\S+ )+)bin\/fastpaste\.js serve$/.exec(start)?.[1]?.trim();
+    assert.ok(flags?.includes('--max-semi-space-size='), start);
+    const shebang = readFileSync(join(ROOT, 'bin/fastpaste.js'), 'utf8').split('\n')[0];
+    assert.equal(shebang, `#!/usr/bin/env -S node ${flags}`);
+  });
+
   /** A scratch directory, for the SQLite files of single tests. */
   let dir: string;
   let database: Awaited<ReturnType<typeof freshDatabase>>;
