@@ -559,6 +559,66 @@ describe('view counts kept apart from the pastes', () => {
     }
   });
 
+  it('a list page kept between requests shows every view, before, during and after a flush', async () => {
+    const server = await startServer();
+    try {
+      const key = await server.createKey({ hourly: 10_000 });
+      const ids: string[] = [];
+      for (let i = 0; i < 3; i++) {
+        const res = await request(`${server.url}/api/v1/paste`, {
+          method: 'POST',
+          headers: { 'x-api-key': key },
+          json: { content: `listed ${i}` },
+        });
+        assert.equal(res.status, 201);
+        ids.push(res.body.data.paste_id);
+      }
+      const seen = new Map(ids.map((id) => [id, 0]));
+      const readRaw = async (id: string) => {
+        assert.equal((await request(`${server.url}/raw/${id}`)).status, 200);
+        seen.set(id, (seen.get(id) ?? 0) + 1);
+      };
+      const listed = async () => {
+        const res = await request(`${server.url}/api/v1/pastes?page=1`, { headers: { 'x-api-key': key } });
+        assert.equal(res.status, 200);
+        return new Map(
+          (res.body.data as Array<{ paste_id: string; view_count: number }>).map((item) => [
+            item.paste_id,
+            item.view_count,
+          ]),
+        );
+      };
+      const views = server.services.pastes.views;
+      // Count the page reads that reach the database, to see that pages are kept.
+      const repository = (server.services.pastes as unknown as { pastes: PasteRepository }).pastes;
+      const pageOwned = repository.pageOwned.bind(repository);
+      let queries = 0;
+      repository.pageOwned = (...args) => {
+        queries++;
+        return pageOwned(...args);
+      };
+      assert.deepEqual(await listed(), seen);
+      assert.deepEqual(await listed(), seen);
+      assert.equal(queries, 1, 'the second read of the page is the kept one');
+      for (let round = 0; round < 4; round++) {
+        await readRaw(ids[round % 3] as string);
+        await readRaw(ids[0] as string);
+        assert.deepEqual(await listed(), seen, `round ${round}, counts not written yet`);
+        if (round % 2 === 0) await views.flush();
+        else {
+          // A list read while the flush is writing, and one after.
+          const flushing = views.flush();
+          assert.deepEqual(await listed(), seen, `round ${round}, during a flush`);
+          await flushing;
+        }
+        assert.deepEqual(await listed(), seen, `round ${round}, after the flush`);
+      }
+      assert.ok(queries < 14, `${queries} page reads for 14 lists`);
+    } finally {
+      await server.close();
+    }
+  });
+
   it("a paste made again under a deleted one's slug starts from no views", async () => {
     const server = await startServer();
     try {

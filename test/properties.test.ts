@@ -23,6 +23,7 @@ import http from 'node:http';
 import net from 'node:net';
 import { after, before, describe, it } from 'node:test';
 import fc from 'fast-check';
+import { formatTimestamp } from '../src/clock.js';
 import { ERROR_STATUS } from '../src/errors.js';
 import { JSON_BODY_LIMIT } from '../src/http/api/paste-routes.js';
 import { generateApiKey } from '../src/keys/api-key-format.js';
@@ -2554,5 +2555,16 @@ describe('properties: every endpoint under random and malformed input', () => {
       assert.equal(data.content, seed.content);
       assert.equal(data.sha256, sha256(seed.content));
     }
+  });
+});
+
+describe('properties: timestamps (D3)', () => {
+  it('formatTimestamp writes every instant as the ISO form does, to the second', () => {
+    fc.assert(
+      fc.property(fc.integer({ min: 0, max: 253_402_300_799_999 }), (ms) => {
+        assert.equal(formatTimestamp(ms), new Date(ms).toISOString().slice(0, 19).replace('T', ' '));
+      }),
+      { numRuns: 20_000 },
+    );
   });
 });

@@ -9,11 +9,17 @@
  * another instance's changes show within a second (as with any offset paging, a page read while
  * pastes are being added may then be off by the ones added).
  * Concurrent requests share one computation.
+ *
+ * Pages themselves are kept too, under the same rules, and also only for as long as the view
+ * counts written to the database do not change (ViewCounter.writtenEpoch): the service adds the
+ * views not yet written when it answers, so a kept page's counts are as exact as a fresh one's.
+ * At most MAX_PAGES pages are kept in all.
  */
 import type { ListPosition, OwnedListItem, PasteRepository } from '../storage/paste-repository.js';
 
 const KEEP_MS = 1000;
 const MAX_OWNERS = 10_000;
+const MAX_PAGES = 1_000;
 /** Positions between anchors: a page skips at most this many entries. */
 export const ANCHOR_SPACING = 100;
 
@@ -23,21 +29,57 @@ interface Entry {
   until: number;
   total: Promise<number>;
   anchors: Promise<ListPosition[]> | null;
+  /** Pages by `offset:limit`, each with the view epoch its rows were read in. */
+  pages: Map<string, { epoch: number; items: OwnedListItem[] }>;
 }
 
 export class OwnerListing {
   private readonly cache = new Map<string, Entry>();
+  private keptPages = 0;
 
-  constructor(private readonly pastes: PasteRepository) {}
+  /** `viewEpoch`: ViewCounter.writtenEpoch, null while counts are being written. */
+  constructor(
+    private readonly pastes: PasteRepository,
+    private readonly viewEpoch: () => number | null = () => null,
+  ) {}
 
   async total(ownerKeyId: string, now: number): Promise<number> {
     return this.entry(ownerKeyId, now).total;
   }
 
-  /** Live pastes `offset` to `offset + limit` of the owner, newest first. */
+  /**
+   * Live pastes `offset` to `offset + limit` of the owner, newest first, with the view counts
+   * written so far. The items are the caller's to change.
+   */
   async page(ownerKeyId: string, now: number, limit: number, offset: number): Promise<OwnedListItem[]> {
-    if (offset < ANCHOR_SPACING) return this.pastes.pageOwned(ownerKeyId, now, limit, offset);
     const entry = this.entry(ownerKeyId, now);
+    const key = `${offset}:${limit}`;
+    const epoch = this.viewEpoch();
+    const kept = entry.pages.get(key);
+    if (kept && kept.epoch === epoch) return kept.items.map((item) => Object.assign({}, item));
+    const items = await this.read(entry, ownerKeyId, now, limit, offset);
+    // Kept only when no count was written meanwhile and the entry still stands.
+    if (epoch !== null && this.viewEpoch() === epoch && this.cache.get(ownerKeyId) === entry) {
+      if (!kept) {
+        if (this.keptPages >= MAX_PAGES) {
+          this.clear();
+          return items;
+        }
+        this.keptPages++;
+      }
+      entry.pages.set(key, { epoch, items: items.map((item) => Object.assign({}, item)) });
+    }
+    return items;
+  }
+
+  private async read(
+    entry: Entry,
+    ownerKeyId: string,
+    now: number,
+    limit: number,
+    offset: number,
+  ): Promise<OwnedListItem[]> {
+    if (offset < ANCHOR_SPACING) return this.pastes.pageOwned(ownerKeyId, now, limit, offset);
     if (entry.anchors === null) {
       entry.anchors = this.pastes.ownerAnchors(ownerKeyId, entry.at, ANCHOR_SPACING);
       entry.anchors.catch(() => this.drop(ownerKeyId, entry));
@@ -51,17 +93,26 @@ export class OwnerListing {
   }
 
   forget(ownerKeyId: string): void {
+    const entry = this.cache.get(ownerKeyId);
+    if (!entry) return;
+    this.keptPages -= entry.pages.size;
     this.cache.delete(ownerKeyId);
+  }
+
+  private clear(): void {
+    this.cache.clear();
+    this.keptPages = 0;
   }
 
   private entry(ownerKeyId: string, now: number): Entry {
     const cached = this.cache.get(ownerKeyId);
     if (cached && now >= cached.at && now < cached.until) return cached;
-    if (this.cache.size >= MAX_OWNERS) this.cache.clear();
+    if (cached) this.forget(ownerKeyId);
+    if (this.cache.size >= MAX_OWNERS) this.clear();
     // When this process is the only writer (SQLite), nothing but its own changes (which drop the
     // entry) and expiry can move the list: the entry is kept until one of those.
     const keep = this.pastes.soleWriter ? Number.POSITIVE_INFINITY : KEEP_MS;
-    const entry: Entry = { at: now, until: now + keep, total: Promise.resolve(0), anchors: null };
+    const entry: Entry = { at: now, until: now + keep, total: Promise.resolve(0), anchors: null, pages: new Map() };
     entry.total = this.pastes.countOwned(ownerKeyId, now).then(({ total, nextExpiry }) => {
       if (nextExpiry !== null) entry.until = Math.min(entry.until, nextExpiry);
       return total;
@@ -73,6 +124,6 @@ export class OwnerListing {
 
   /** A failed computation is not kept: the next request tries again. */
   private drop(ownerKeyId: string, entry: Entry): void {
-    if (this.cache.get(ownerKeyId) === entry) this.cache.delete(ownerKeyId);
+    if (this.cache.get(ownerKeyId) === entry) this.forget(ownerKeyId);
   }
 }

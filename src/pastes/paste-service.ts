@@ -74,7 +74,7 @@ export class PasteService {
     private readonly outbox: WebhookOutbox | null = null,
   ) {
     this.views = new ViewCounter(pastes);
-    this.listing = new OwnerListing(pastes);
+    this.listing = new OwnerListing(pastes, () => this.views.writtenEpoch());
   }
 
   /** Owners' live paste counts and list anchors for the list's pagination (owner-listing.ts). */

@@ -14,6 +14,8 @@ export class ViewCounter {
   private writing = new Map<string, number>();
   private timer: NodeJS.Timeout | null = null;
   private flushing: Promise<void> | null = null;
+  /** Moves whenever written counts may change (a flush starts or ends): see writtenEpoch. */
+  private epoch = 0;
 
   constructor(
     private readonly pastes: PasteRepository,
@@ -36,6 +38,15 @@ export class ViewCounter {
     return (this.pending.get(id) ?? 0) + (this.writing.get(id) ?? 0);
   }
 
+  /**
+   * A number that stays the same for as long as the counts in the database stay the same, or null
+   * while a flush is writing them. Views read from the database with epoch E, added to unwritten()
+   * at any later moment the epoch is still E, are exact.
+   */
+  writtenEpoch(): number | null {
+    return this.flushing ? null : this.epoch;
+  }
+
   /** Writes every pending count (called on a timer, and on shutdown). */
   async flush(): Promise<void> {
     if (this.timer) clearTimeout(this.timer);
@@ -45,6 +56,7 @@ export class ViewCounter {
     const batch = this.pending;
     this.pending = new Map();
     this.writing = batch;
+    this.epoch++;
     this.flushing = this.pastes.addViews(batch).catch(() => {
       // The database is out of reach: keep the counts not written (left in batch) for the next flush.
       for (const [id, n] of batch) this.pending.set(id, (this.pending.get(id) ?? 0) + n);
@@ -56,6 +68,7 @@ export class ViewCounter {
     });
     await this.flushing;
     this.flushing = null;
+    this.epoch++;
     this.writing = new Map();
   }
 }
