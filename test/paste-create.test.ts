@@ -8,17 +8,20 @@
 import assert from 'node:assert/strict';
 import { createHash, randomBytes } from 'node:crypto';
 import { request as httpRequest } from 'node:http';
+import net from 'node:net';
 import { after, before, describe, it } from 'node:test';
 import { generateApiKey } from '../src/keys/api-key-format.js';
 import {
   databaseContains,
   encryptForTest,
   expectError,
+  freshDatabase,
   request,
   sqlText,
   startServer,
   type TestServer,
 } from './helpers.js';
+import { startServerProcess } from './server-process.js';
 
 const MiB = 1_048_576;
 /** Set explicitly so that every returned address can be checked against it (D2). */
@@ -1342,6 +1345,53 @@ describe('POST /api/v1/paste: oversized bodies are cut off while streaming (D17)
     // The limit is 6 bytes of JSON per byte of content (\u00e9 escapes): 24 MiB + 64 KiB.
     assert.ok(outcome.bytesWritten < 32 * MiB, `wrote ${outcome.bytesWritten} bytes before the answer`);
     assert.equal(await rowCount(server), before);
+  });
+
+  it('a body refused mid-way is answered, then the connection half-closed, never reset', async () => {
+    // A client still writing when the 413 comes (Node's own client, as scripts use it) lost the
+    // answer to the reset that closing with unread data sends: EPIPE instead of the 413. The
+    // server now reads nothing more, sends FIN after the answer and lets the client write on for
+    // a while; this client keeps writing for 500 ms after the answer and must see no error.
+    const db = await freshDatabase();
+    const served = await startServerProcess({ DATABASE_URL: db.url, ANON_HOURLY_LIMIT: '0' });
+    try {
+      const { port } = new URL(served.url);
+      const outcome = await new Promise<{ answer: string; errors: string[]; ended: boolean }>((resolve) => {
+        const socket = net.connect({ port: Number(port), host: '127.0.0.1', allowHalfOpen: true });
+        const chunk = Buffer.alloc(64 * 1024, 'a');
+        const framed = Buffer.concat([Buffer.from(`${chunk.length.toString(16)}\r\n`), chunk, Buffer.from('\r\n')]);
+        let answer = '';
+        const errors: string[] = [];
+        let ended = false;
+        let answeredAt = 0;
+        socket.on('data', (data) => {
+          answer += data.toString('latin1');
+          if (!answeredAt && answer.includes('\r\n\r\n')) answeredAt = Date.now();
+        });
+        socket.on('end', () => {
+          ended = true;
+        });
+        socket.on('error', (err) => errors.push(err.message));
+        socket.write(
+          'POST /api/v1/cli HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n',
+        );
+        const timer = setInterval(() => {
+          if (!socket.destroyed && socket.writableLength < 1024 * 1024) socket.write(framed);
+          if ((answeredAt && Date.now() - answeredAt > 500) || errors.length > 0) {
+            clearInterval(timer);
+            socket.destroy();
+            resolve({ answer, errors, ended });
+          }
+        }, 2);
+      });
+      assert.match(outcome.answer, /^HTTP\/1\.1 413 /);
+      assert.match(outcome.answer, /"code":"content_too_large"/);
+      assert.deepEqual(outcome.errors, [], 'no reset while the client writes on');
+      assert.equal(outcome.ended, true, 'FIN after the answer');
+    } finally {
+      await served.stop();
+      await db.drop();
+    }
   });
 
   it('a multipart upload declaring Content-Length 100 MB is answered 413 file_too_large at once', async () => {

@@ -597,9 +597,11 @@ describe('view counts kept apart from the pastes', () => {
         queries++;
         return pageOwned(...args);
       };
+      // Pages are kept on SQLite only (PostgreSQL reads every page; see owner-listing.ts).
+      const keeps = server.services.storage.dialect === 'sqlite';
       assert.deepEqual(await listed(), seen);
       assert.deepEqual(await listed(), seen);
-      assert.equal(queries, 1, 'the second read of the page is the kept one');
+      if (keeps) assert.equal(queries, 1, 'the second read of the page is the kept one');
       for (let round = 0; round < 4; round++) {
         await readRaw(ids[round % 3] as string);
         await readRaw(ids[0] as string);
@@ -613,7 +615,7 @@ describe('view counts kept apart from the pastes', () => {
         }
         assert.deepEqual(await listed(), seen, `round ${round}, after the flush`);
       }
-      assert.ok(queries < 14, `${queries} page reads for 14 lists`);
+      if (keeps) assert.ok(queries < 14, `${queries} page reads for 14 lists`);
     } finally {
       await server.close();
     }

@@ -4,6 +4,7 @@
  * goes only to the log), then rendered as the JSON envelope, or as a page for a browser on the
  * web pages.
  */
+import type { Socket } from 'node:net';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { AppError, type ErrorCode, type FieldProblem, invalidRequest } from '../errors.js';
 import { isBackendUnavailable } from '../storage/unavailable.js';
@@ -92,7 +93,10 @@ export function sendError(request: FastifyRequest, reply: FastifyReply, thrown: 
   for (const [name, value] of Object.entries(error.headers)) reply.header(name, value);
   // An answer sent before the body was read to its end closes the connection, so the rest of
   // a refused upload is never read.
-  if (!request.raw.complete) reply.header('connection', 'close');
+  if (!request.raw.complete) {
+    reply.header('connection', 'close');
+    closeWithoutReset(request.raw.socket);
+  }
   const message = unexpected ? `${error.message} (request ${request.id})` : error.message;
   if (wantsPage(request)) {
     return reply.type('text/html; charset=utf-8').send(errorPage(error.status, message));
@@ -103,4 +107,23 @@ export function sendError(request: FastifyRequest, reply: FastifyReply, thrown: 
     code: error.code,
     details: error.details,
   });
+}
+
+/** How long a connection refused mid-body stays half-open for its client to read the answer. */
+const LINGER_MS = 2000;
+
+/**
+ * Node closes a `connection: close` answer's socket as soon as the answer is written. With the
+ * client's unread body still arriving, that close is a reset, and a client still writing (Node's
+ * own, as scripts use it) lost the answer it had been sent: EPIPE instead of the 413. Instead the
+ * socket stops reading, sends FIN after the answer, and is destroyed LINGER_MS later: nothing more
+ * of the body is read, and the client sees the answer first.
+ */
+function closeWithoutReset(socket: Socket): void {
+  socket.destroySoon = () => {
+    socket.pause();
+    socket.end();
+    // Not unref'd: a server closing waits for these (at most LINGER_MS) like any connection.
+    setTimeout(() => socket.destroy(), LINGER_MS);
+  };
 }

@@ -10,9 +10,10 @@
  * pastes are being added may then be off by the ones added).
  * Concurrent requests share one computation.
  *
- * Pages themselves are kept too, under the same rules, and also only for as long as the view
- * counts written to the database do not change (ViewCounter.writtenEpoch): the service adds the
- * views not yet written when it answers, so a kept page's counts are as exact as a fresh one's.
+ * Pages themselves are kept too on SQLite (not on PostgreSQL: a database gone away must show at
+ * once), under the same rules, and only for as long as the view counts written to the database
+ * do not change (ViewCounter.writtenEpoch): the service adds the views not yet written when it
+ * answers, so a kept page's counts are as exact as a fresh one's.
  * At most MAX_PAGES pages are kept in all.
  */
 import type { ListPosition, OwnedListItem, PasteRepository } from '../storage/paste-repository.js';
@@ -53,6 +54,9 @@ export class OwnerListing {
    */
   async page(ownerKeyId: string, now: number, limit: number, offset: number): Promise<OwnedListItem[]> {
     const entry = this.entry(ownerKeyId, now);
+    // Only the sole writer keeps pages: on PostgreSQL every page is read, so a database that
+    // goes away is a 503 at once, not after the pages kept from the last second.
+    if (!this.pastes.soleWriter) return this.read(entry, ownerKeyId, now, limit, offset);
     const key = `${offset}:${limit}`;
     const epoch = this.viewEpoch();
     const kept = entry.pages.get(key);
