@@ -1,4 +1,4 @@
-#!/usr/bin/env -S node --max-semi-space-size=8 --max-old-space-size=1536
+#!/usr/bin/env node
 // The `fastpaste` command. The sources are TypeScript; a fresh checkout works right after
 // `npm install` with no build step of its own: the sources are compiled on first start (and after
 // any edit) to .build/, and the compiled code runs (bin/build.js).

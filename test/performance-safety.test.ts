@@ -589,6 +589,7 @@ describe('view counts kept apart from the pastes', () => {
         );
       };
       const views = server.services.pastes.views;
+      const ownerId = (await server.services.keys.find(key))?.id as string;
       // Count the page reads that reach the database, to see that pages are kept.
       const repository = (server.services.pastes as unknown as { pastes: PasteRepository }).pastes;
       const pageOwned = repository.pageOwned.bind(repository);
@@ -608,9 +609,20 @@ describe('view counts kept apart from the pastes', () => {
         assert.deepEqual(await listed(), seen, `round ${round}, counts not written yet`);
         if (round % 2 === 0) await views.flush();
         else {
-          // A list read while the flush is writing, and one after.
+          // A list read while the flush is writing: 600 more counted ids (not pastes) make it
+          // three chunks, and the read comes after the first, while the epoch is null.
+          for (let i = 0; i < 600; i++) views.add(`not-a-paste-${round}-${i}`);
           const flushing = views.flush();
-          assert.deepEqual(await listed(), seen, `round ${round}, during a flush`);
+          assert.equal(views.writtenEpoch(), null, 'the flush is still writing');
+          const during = await server.services.pastes.list(ownerId, 1, 20);
+          // Exact on SQLite; on PostgreSQL a read meeting a flush may count that second twice
+          // (view-counter.ts), never less.
+          for (const item of during.items) {
+            const want = seen.get(item.id) ?? 0;
+            if (keeps) assert.equal(item.viewCount, want, `round ${round}, during a flush`);
+            else assert.ok(item.viewCount >= want, `round ${round}, during a flush`);
+          }
+          assert.equal(during.items.length, seen.size);
           await flushing;
         }
         assert.deepEqual(await listed(), seen, `round ${round}, after the flush`);

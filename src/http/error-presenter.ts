@@ -117,13 +117,16 @@ const LINGER_MS = 2000;
  * client's unread body still arriving, that close is a reset, and a client still writing (Node's
  * own, as scripts use it) lost the answer it had been sent: EPIPE instead of the 413. Instead the
  * socket stops reading, sends FIN after the answer, and is destroyed LINGER_MS later: nothing more
- * of the body is read, and the client sees the answer first.
+ * of the body is read (Node resumes a request whose body nobody read, to discard it: the socket
+ * is paused again each time), and the client sees the answer first.
  */
 function closeWithoutReset(socket: Socket): void {
   socket.destroySoon = () => {
     socket.pause();
+    socket.on('resume', () => socket.pause());
     socket.end();
     // Not unref'd: a server closing waits for these (at most LINGER_MS) like any connection.
-    setTimeout(() => socket.destroy(), LINGER_MS);
+    const timer = setTimeout(() => socket.destroy(), LINGER_MS);
+    socket.once('close', () => clearTimeout(timer));
   };
 }

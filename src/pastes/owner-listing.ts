@@ -66,7 +66,7 @@ export class OwnerListing {
     if (epoch !== null && this.viewEpoch() === epoch && this.cache.get(ownerKeyId) === entry) {
       if (!kept) {
         if (this.keptPages >= MAX_PAGES) {
-          this.clear();
+          this.dropPages();
           return items;
         }
         this.keptPages++;
@@ -105,6 +105,12 @@ export class OwnerListing {
 
   private clear(): void {
     this.cache.clear();
+    this.keptPages = 0;
+  }
+
+  /** Drops every kept page, keeping the owners' counts and anchors. */
+  private dropPages(): void {
+    for (const entry of this.cache.values()) entry.pages.clear();
     this.keptPages = 0;
   }
 
