@@ -4,8 +4,8 @@
  * without the framework's routing, hooks and reply machinery (on a 1 KB read those cost about as
  * much as the read itself). The lane decides no rule of its own: the paste rules are
  * PasteService's (plainContent, plainPasteNow, countRead), the key and quota rules KeyService's
- * and QuotaService's, the page the web routes' (readPage), the headers the ones every answer carries. Everything else (a query string, HEAD, a password,
- * a view-once paste, a paste that is not there, a key not looked up in the last second, any
+ * and QuotaService's, the page the web routes' (readPage), the headers the ones every answer
+ * carries. Everything else (a query string, HEAD, a password, a view-once paste, a paste that is not there, a key not looked up in the last second, any
  * refusal, a server shutting down) goes to Fastify, which answers it as it always does. A request
  * the lane hands over has had nothing consumed: it counts quota only when it is about to answer.
  */
@@ -126,7 +126,7 @@ export class FastLane {
     }
     const read = this.deps.pastes.countRead(paste);
     const body = JSON.stringify({ error: false, data: this.deps.presenter.detail(read.paste, read.burned) });
-    this.send(req, res, Object.assign({}, JSON_HEADERS, quotaHeaders), body, started);
+    this.send(req, res, JSON_HEADERS, body, started, quotaHeaders);
     return true;
   }
 
@@ -136,8 +136,10 @@ export class FastLane {
     headers: Record<string, string>,
     body: string,
     started: bigint,
+    extraHeaders?: Record<string, string>,
   ): void {
-    res.writeHead(200, Object.assign({}, headers, { 'content-length': Buffer.byteLength(body) }));
+    // One copy of the headers per answer (an object spread here kept them past the young generation).
+    res.writeHead(200, Object.assign({}, headers, extraHeaders, { 'content-length': Buffer.byteLength(body) }));
     res.end(body);
     this.logCompleted(req, started);
   }

@@ -20,6 +20,18 @@ export interface WebDeps {
 }
 
 const ARCHIVE_PAGE_SIZE = 50;
+const SITEMAP_MAX = 50_000;
+
+const STATIC_FILES: Record<string, { type: string; body: Buffer }> = {
+  'view.js': {
+    type: 'text/javascript; charset=utf-8',
+    body: readFileSync(new URL('./static/view.js', import.meta.url)),
+  },
+  'style.css': {
+    type: 'text/css; charset=utf-8',
+    body: readFileSync(new URL('./static/style.css', import.meta.url)),
+  },
+};
 
 /** The page of a paste just read, in the parts it is written in (pages.ts pastePageParts). */
 export function readPageParts(read: Read, presenter: PastePresenter): Array<string | Buffer> {
@@ -33,18 +45,6 @@ export function readPageParts(read: Read, presenter: PastePresenter): Array<stri
     },
   );
 }
-const SITEMAP_MAX = 50_000;
-
-const STATIC_FILES: Record<string, { type: string; body: Buffer }> = {
-  'view.js': {
-    type: 'text/javascript; charset=utf-8',
-    body: readFileSync(new URL('./static/view.js', import.meta.url)),
-  },
-  'style.css': {
-    type: 'text/css; charset=utf-8',
-    body: readFileSync(new URL('./static/style.css', import.meta.url)),
-  },
-};
 
 function sendPage(reply: FastifyReply, html: string | Buffer, status = 200): FastifyReply {
   return reply.code(status).type('text/html; charset=utf-8').header('cache-control', 'no-store').send(html);
