@@ -186,7 +186,11 @@ const backend = DB === 'postgres' ? postgresBackend() : sqliteBackend();
 // ---- baseline -------------------------------------------------------------------------
 const baseIds = Array.from({ length: PASTES }, randomId);
 const basePort = await freePort();
-const baseArgs = await backend.baseline(baseIds, basePort);
+// BENCH_BASELINE_NODE_ARGS: flags for the baseline's node, as BENCH_NODE_ARGS for the server's.
+const baseArgs = [
+  ...(process.env.BENCH_BASELINE_NODE_ARGS ?? '').split(' ').filter(Boolean),
+  ...(await backend.baseline(baseIds, basePort)),
+];
 const baseline = hasTaskset()
   ? spawn('taskset', ['-c', '0', process.execPath, ...baseArgs], { stdio: 'inherit' })
   : spawn(process.execPath, baseArgs, { stdio: 'inherit' });

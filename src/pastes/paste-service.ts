@@ -189,7 +189,7 @@ export class PasteService {
    */
   plainPasteNow(id: string): Paste | null | Promise<Paste | null> {
     const found = this.pastes.findLiveNow(id, this.clock());
-    return found ? plainOrNull(found[0]) : this.plainPaste(id);
+    return found === undefined ? this.plainPaste(id) : plainOrNull(found ?? undefined);
   }
 
   /**
@@ -200,7 +200,7 @@ export class PasteService {
   plainContent(id: string): string | null | Promise<string | null> {
     const now = this.clock();
     const found = this.pastes.findLiveContentNow(id, now);
-    if (found) return this.countPlain(id, found[0]);
+    if (found !== undefined) return this.countPlain(id, found ?? undefined);
     return this.pastes.findLiveContent(id, now).then((live) => this.countPlain(id, live));
   }
 

@@ -183,6 +183,10 @@ export interface LiveContent {
   burnAfterRead: boolean;
 }
 
+function byKey(a: [string, number], b: [string, number]): number {
+  return a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0;
+}
+
 /** Adds `views` to each of the pastes `ids` that still exists (a paste deleted since is skipped). */
 function upsertViews(db: Kysely<Database>, views: number, ids: string[]) {
   return db
@@ -198,6 +202,17 @@ function upsertViews(db: Kysely<Database>, views: number, ids: string[]) {
       oc.column('paste_id').doUpdateSet((eb) => ({ views: eb('paste_views.views', '+', eb.ref('excluded.views')) })),
     );
 }
+
+/**
+ * upsertViews for SQLite, a chunk in one statement: the chunk as a JSON array of [id, views]
+ * pairs. One statement instead of one per paste: 1.9 µs a paste instead of 2.7 (30,000 sorted
+ * pastes over 100,000, measured alone). `WHERE true` settles SQLite's parse of an upsert whose
+ * SELECT has a join.
+ */
+const ADD_VIEWS_SQLITE = `INSERT INTO paste_views (paste_id, views)
+  SELECT pastes.id, counted.value ->> 1 FROM json_each(?) AS counted JOIN pastes ON pastes.id = counted.value ->> 0
+  WHERE true
+  ON CONFLICT (paste_id) DO UPDATE SET views = paste_views.views + excluded.views`;
 
 /** Pastes whose views are added in one transaction. */
 const VIEW_CHUNK = 250;
@@ -308,16 +323,13 @@ export class PasteRepository {
       if (compiled.parameters.length !== Object.keys(toRow(SAMPLE)).length) throw new Error('insert columns');
       this.insertStatement = sqlite.prepare(compiled.sql);
       this.sqlite = sqlite;
-      const addView = upsertViews(db, -7, ['\u0000id']).compile();
-      if (JSON.stringify(addView.parameters) !== JSON.stringify([-7, '\u0000id'])) throw new Error('add view SQL');
-      const addViewStatement = sqlite.prepare(addView.sql);
-      this.addView = (id, views) => addViewStatement.run(views, id);
+      this.addViewsStatement = sqlite.prepare(ADD_VIEWS_SQLITE);
     }
   }
 
   private readonly sqlite: BetterSqlite3.Database | null = null;
-  /** On SQLite, one paste's views added (if the paste exists), prepared once. */
-  private readonly addView: ((id: string, views: number) => void) | null = null;
+  /** On SQLite, ADD_VIEWS_SQLITE prepared once. */
+  private readonly addViewsStatement: BetterSqlite3.Statement | null = null;
 
   /** True when this process is the only writer of the pastes (SQLite: one process owns the file). */
   get soleWriter(): boolean {
@@ -416,11 +428,12 @@ export class PasteRepository {
   }
 
   /**
-   * findLive at once, as a list of zero or one paste, when the SQLite handle can answer now;
-   * undefined when it cannot (PostgreSQL, a transaction open): use findLive.
+   * findLive at once, when the SQLite handle can answer now: the paste or null; undefined when it
+   * cannot (PostgreSQL, a transaction open): use findLive.
    */
-  findLiveNow(id: string, now: number): Paste[] | undefined {
-    return this.findLiveQuery.now(id, now)?.map(toPaste);
+  findLiveNow(id: string, now: number): Paste | null | undefined {
+    const row = this.findLiveQuery.first(id, now);
+    return row ? toPaste(row) : row;
   }
 
   /** The content of a live paste and what would forbid reading it as is. */
@@ -429,9 +442,10 @@ export class PasteRepository {
     return row ? toLiveContent(row) : undefined;
   }
 
-  /** findLiveContent at once, as a list of zero or one, or undefined (see findLiveNow). */
-  findLiveContentNow(id: string, now: number): LiveContent[] | undefined {
-    return this.liveContentQuery.now(id, now)?.map(toLiveContent);
+  /** findLiveContent at once: the content or null, or undefined (see findLiveNow). */
+  findLiveContentNow(id: string, now: number): LiveContent | null | undefined {
+    const row = this.liveContentQuery.first(id, now);
+    return row ? toLiveContent(row) : row;
   }
 
   /**
@@ -457,14 +471,18 @@ export class PasteRepository {
   }
 
   /**
-   * Adds counted views, in transactions of up to VIEW_CHUNK pastes (about 1 ms each). Only
-   * pastes that still exist are counted: a paste deleted since leaves no row behind. On SQLite each chunk is one synchronous
-   * transaction on the handle (no open transaction for reads to queue behind), with a turn of
-   * the event loop between chunks. Each chunk's entries leave `counts` once committed, so on a
+   * Adds counted views, in transactions of up to VIEW_CHUNK pastes (under 1 ms each). Only
+   * pastes that still exist are counted: a paste deleted since leaves no row behind. On SQLite
+   * each chunk is one synchronous statement on the handle (no open transaction for reads to queue
+   * behind), with a turn of the event loop between chunks. Each chunk's entries leave `counts` once committed, so on a
    * failure `counts` holds exactly what was not written.
    */
   async addViews(counts: Map<string, number>): Promise<void> {
-    const entries = [...counts];
+    // In key order: a chunk then meets a few neighbouring pages of both b-trees instead of one page
+    // per paste (measured alone, 30,000 upserts over 100,000 pastes: 2.7 µs each sorted,
+    // 7–10 µs not; over a million, 4–5 against 10–18). Instances on PostgreSQL also take the row
+    // locks in one order.
+    const entries = [...counts].sort(byKey);
     for (let i = 0; i < entries.length; i += VIEW_CHUNK) {
       if (i > 0) await new Promise((resolve) => setImmediate(resolve));
       const chunk = entries.slice(i, i + VIEW_CHUNK);
@@ -474,12 +492,9 @@ export class PasteRepository {
   }
 
   private addViewsNow(chunk: Array<[string, number]>): boolean {
-    const addView = this.addView;
-    const sqlite = this.sqlite;
-    if (!addView || !sqlite || sqlite.inTransaction) return false;
-    sqlite.transaction(() => {
-      for (const [id, n] of chunk) addView(id, n);
-    })();
+    const statement = this.addViewsStatement;
+    if (!statement || this.sqlite?.inTransaction) return false;
+    statement.run(JSON.stringify(chunk));
     return true;
   }
 

@@ -21,6 +21,11 @@ export interface PreparedQuery<A extends Arg[], R> {
    * it); undefined otherwise (PostgreSQL, or a transaction open): call the query itself then.
    */
   now(...args: A): R[] | undefined;
+  /**
+   * The first row at once (null when there is none) under the same conditions as now(); for
+   * point reads, which then step SQLite once and build no list (2–3 µs of a 1 KB read).
+   */
+  first(...args: A): R | null | undefined;
 }
 
 export function preparedQuery<A extends Arg[], R>(
@@ -63,11 +68,17 @@ export function preparedQuery<A extends Arg[], R>(
     const rows = statement.all(...parametersOf(args));
     return asObjects ? (rows as unknown[][]).map(toObject) : (rows as R[]);
   };
+  const first = (...args: A): R | null | undefined => {
+    if (!statement || sqlite?.inTransaction) return undefined;
+    const values = statement.get(...parametersOf(args));
+    if (values === undefined) return null;
+    return asObjects ? toObject(values as unknown[]) : (values as R);
+  };
   const query = async (...args: A): Promise<R[]> => {
     const rows = now(...args);
     if (rows) return rows;
     const result = await db.executeQuery<R>({ ...compiled, parameters: parametersOf(args) } as CompiledQuery<R>);
     return result.rows;
   };
-  return Object.assign(query, { now });
+  return Object.assign(query, { now, first });
 }
