@@ -27,6 +27,7 @@ import { formatTimestamp } from '../src/clock.js';
 import { ERROR_STATUS } from '../src/errors.js';
 import { JSON_BODY_LIMIT } from '../src/http/api/paste-routes.js';
 import { generateApiKey } from '../src/keys/api-key-format.js';
+import { ViewTable } from '../src/pastes/view-table.js';
 import { encryptForTest, sqlText, startServer, type TestServer } from './helpers.js';
 
 const MiB = 1_048_576;
@@ -2565,6 +2566,47 @@ describe('properties: timestamps (D3)', () => {
         assert.equal(formatTimestamp(ms), new Date(ms).toISOString().slice(0, 19).replace('T', ' '));
       }),
       { numRuns: 20_000 },
+    );
+  });
+});
+
+describe('properties: view counts kept off the heap', () => {
+  // Ids from a small alphabet (so they collide and share prefixes), slugs, and a few that are not
+  // ASCII (the table's rare path); the table starts tiny so that it grows many times.
+  const id = fc.oneof(
+    fc.stringMatching(/^[ab0-9_-]{1,12}$/),
+    fc.stringMatching(/^[A-Za-z0-9]{10}$/),
+    fc.constantFrom('aé', 'a€b', '日本', 'a', 'ab', 'abc', 'abcd', 'abcde'),
+  );
+  const op = fc.oneof(
+    fc.record({ add: id, n: fc.integer({ min: 1, max: 5 }) }),
+    fc.record({ get: id }),
+    fc.record({ clear: fc.constant(true) }),
+  );
+
+  it('ViewTable counts as a Map does, and lists its ids in the byte order of their UTF-8', () => {
+    fc.assert(
+      fc.property(fc.array(op, { maxLength: 400, size: 'max' }), (ops) => {
+        const table = new ViewTable(16);
+        const model = new Map<string, number>();
+        for (const o of ops) {
+          if ('add' in o) {
+            const want = (model.get(o.add) ?? 0) + o.n;
+            model.set(o.add, want);
+            assert.equal(table.add(o.add, o.n), want);
+          } else if ('get' in o) {
+            assert.equal(table.get(o.get), model.get(o.get) ?? 0);
+          } else {
+            table.clear();
+            model.clear();
+          }
+        }
+        assert.equal(table.size, model.size);
+        const listed = [...table.sortedSlots()].map((slot) => [table.idAt(slot), table.countAt(slot)]);
+        const want = [...model].sort((a, b) => Buffer.compare(Buffer.from(a[0]), Buffer.from(b[0])));
+        assert.deepEqual(listed, want);
+      }),
+      { numRuns: 2_000 },
     );
   });
 });

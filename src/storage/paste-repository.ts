@@ -183,10 +183,6 @@ export interface LiveContent {
   burnAfterRead: boolean;
 }
 
-function byKey(a: [string, number], b: [string, number]): number {
-  return a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0;
-}
-
 /** Adds `views` to each of the pastes `ids` that still exists (a paste deleted since is skipped). */
 function upsertViews(db: Kysely<Database>, views: number, ids: string[]) {
   return db
@@ -213,9 +209,6 @@ const ADD_VIEWS_SQLITE = `INSERT INTO paste_views (paste_id, views)
   SELECT pastes.id, counted.value ->> 1 FROM json_each(?) AS counted JOIN pastes ON pastes.id = counted.value ->> 0
   WHERE true
   ON CONFLICT (paste_id) DO UPDATE SET views = paste_views.views + excluded.views`;
-
-/** Pastes whose views are added in one transaction. */
-const VIEW_CHUNK = 250;
 
 type InTransaction = (trx: Kysely<Database>) => Promise<void>;
 
@@ -471,34 +464,20 @@ export class PasteRepository {
   }
 
   /**
-   * Adds counted views, in transactions of up to VIEW_CHUNK pastes (under 1 ms each). Only
-   * pastes that still exist are counted: a paste deleted since leaves no row behind. On SQLite
-   * each chunk is one synchronous statement on the handle (no open transaction for reads to queue
-   * behind), with a turn of the event loop between chunks. Each chunk's entries leave `counts` once committed, so on a
-   * failure `counts` holds exactly what was not written.
+   * On SQLite, adds a chunk of counted views ([paste id, views] pairs) in one statement on the
+   * handle and returns true; false when that cannot be done now (PostgreSQL, or a transaction of
+   * Kysely's open on the connection): use addViews. Only pastes that still exist are counted: a
+   * paste deleted since leaves no row behind.
    */
-  async addViews(counts: Map<string, number>): Promise<void> {
-    // In key order: a chunk then meets a few neighbouring pages of both b-trees instead of one page
-    // per paste (measured alone, 30,000 upserts over 100,000 pastes: 2.7 µs each sorted,
-    // 7–10 µs not; over a million, 4–5 against 10–18). Instances on PostgreSQL also take the row
-    // locks in one order.
-    const entries = [...counts].sort(byKey);
-    for (let i = 0; i < entries.length; i += VIEW_CHUNK) {
-      if (i > 0) await new Promise((resolve) => setImmediate(resolve));
-      const chunk = entries.slice(i, i + VIEW_CHUNK);
-      if (!this.addViewsNow(chunk)) await this.addViewsThroughKysely(chunk);
-      for (const [id] of chunk) counts.delete(id);
-    }
-  }
-
-  private addViewsNow(chunk: Array<[string, number]>): boolean {
+  addViewsNow(chunk: Array<[string, number]>): boolean {
     const statement = this.addViewsStatement;
     if (!statement || this.sqlite?.inTransaction) return false;
     statement.run(JSON.stringify(chunk));
     return true;
   }
 
-  private async addViewsThroughKysely(chunk: Array<[string, number]>): Promise<void> {
+  /** addViewsNow through Kysely, in one transaction. */
+  async addViews(chunk: Array<[string, number]>): Promise<void> {
     // Pastes seen the same number of times are updated together, up to 500 in a statement.
     const byCount = new Map<number, string[]>();
     for (const [id, n] of chunk) {
