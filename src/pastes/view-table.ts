@@ -29,13 +29,8 @@ export class ViewTable {
 
   constructor(slots = 1 << 12) {
     const capacity = 2 ** Math.ceil(Math.log2(Math.max(16, slots)));
-    this.mask = capacity - 1;
-    this.hashes = new Int32Array(capacity);
-    this.offsets = new Uint32Array(capacity);
-    this.lengths = new Uint16Array(capacity);
-    this.counts = new Float64Array(capacity);
-    this.filled = new Int32Array(capacity / 2);
-    this.sortKeys = new Float64Array(capacity / 2);
+    [this.mask, this.hashes, this.offsets, this.lengths, this.counts, this.filled, this.sortKeys] =
+      slotArrays(capacity);
     this.arena = Buffer.allocUnsafe(capacity * 8);
   }
 
@@ -165,14 +160,9 @@ export class ViewTable {
     const old = { hashes: this.hashes, offsets: this.offsets, lengths: this.lengths, counts: this.counts };
     const oldFilled = this.filled;
     const size = this.size;
-    const capacity = (this.mask + 1) * 2;
-    this.mask = capacity - 1;
-    this.hashes = new Int32Array(capacity);
-    this.offsets = new Uint32Array(capacity);
-    this.lengths = new Uint16Array(capacity);
-    this.counts = new Float64Array(capacity);
-    this.filled = new Int32Array(capacity / 2);
-    this.sortKeys = new Float64Array(capacity / 2);
+    [this.mask, this.hashes, this.offsets, this.lengths, this.counts, this.filled, this.sortKeys] = slotArrays(
+      (this.mask + 1) * 2,
+    );
     for (let i = 0; i < size; i++) {
       const from = oldFilled[i] as number;
       let slot = (old.hashes[from] as number) & this.mask;
@@ -220,6 +210,19 @@ export class ViewTable {
       slots[j + 1] = slot;
     }
   }
+}
+
+/** The typed arrays of a table of `capacity` slots (at most half of them filled), and its mask. */
+function slotArrays(capacity: number) {
+  return [
+    capacity - 1,
+    new Int32Array(capacity),
+    new Uint32Array(capacity),
+    new Uint16Array(capacity),
+    new Float64Array(capacity),
+    new Int32Array(capacity / 2),
+    new Float64Array(capacity / 2),
+  ] as const;
 }
 
 /** Slot numbers sit below the id prefix in a sort key: 2^29 slots, 2^24 prefixes, within 2^53. */
