@@ -559,6 +559,49 @@ describe('view counts kept apart from the pastes', () => {
     }
   });
 
+  it('flushes called while one runs wait their turn: each returns with every view counted before it written', async () => {
+    const server = await startServer();
+    try {
+      const now = server.clock.read();
+      const ids = Array.from({ length: 900 }, (_, i) => `W${String(i).padStart(5, '0')}`);
+      const values = ids.map(
+        (id) => `('${id}', NULL, 'x', 'text', 1, '${'a'.repeat(64)}', ${now}, NULL, 0, 0, 0, 1, 0, 'api')`,
+      );
+      await server.sql(
+        `INSERT INTO pastes (id, owner_key_id, content, content_type, file_size, sha256, created_at, expires_at, view_count, burn_after_read, encrypted, downloadable, is_public, source) VALUES ${values.join(', ')}`,
+      );
+      const views = server.services.pastes.views;
+      const stored = async () => {
+        const rows = await server.sql<{ paste_id: string; views: number }>('SELECT paste_id, views FROM paste_views');
+        return new Map(rows.map((row) => [row.paste_id, Number(row.views)]));
+      };
+      const seen = new Map<string, number>();
+      const see = (from: number, to: number) => {
+        for (const id of ids.slice(from, to)) {
+          views.add(id);
+          seen.set(id, (seen.get(id) ?? 0) + 1);
+        }
+      };
+      // Each flush has several chunks (a turn of the event loop between them), so they overlap.
+      see(0, 900);
+      const first = views.flush();
+      see(0, 600);
+      const second = views.flush();
+      see(300, 900);
+      const third = views.flush();
+      await third;
+      for (const id of ids) assert.equal(views.unwritten(id), 0, `${id}: written when the third flush returned`);
+      assert.deepEqual(await stored(), seen);
+      assert.notEqual(views.writtenEpoch(), null, 'no flush is running');
+      await Promise.all([first, second]);
+      see(0, 10);
+      await Promise.all([views.flush(), views.flush()]);
+      assert.deepEqual(await stored(), seen, 'and again after two at once');
+    } finally {
+      await server.close();
+    }
+  });
+
   it('a list page kept between requests shows every view, before, during and after a flush', async () => {
     const server = await startServer();
     try {

@@ -2584,6 +2584,31 @@ describe('properties: view counts kept off the heap', () => {
     fc.record({ clear: fc.constant(true) }),
   );
 
+  it('ViewTable orders thousands of ids that share a prefix, and shrinks after a burst', () => {
+    const table = new ViewTable();
+    const byBytes = (a: [string, number], b: [string, number]) => Buffer.compare(Buffer.from(a[0]), Buffer.from(b[0]));
+    const listed = () =>
+      [...table.sortedSlots()].map((slot): [string, number] => [table.idAt(slot), table.countAt(slot)]);
+    const burst = new Map<string, number>();
+    for (let i = 0; i < 5_000; i++) {
+      const id = `my-${randomBytes(6).toString('base64url')}`;
+      burst.set(id, (burst.get(id) ?? 0) + 1 + (i % 3));
+      table.add(id, 1 + (i % 3));
+    }
+    assert.deepEqual(listed(), [...burst].sort(byBytes));
+    for (let round = 0; round < 4; round++) {
+      table.clear();
+      const few = new Map<string, number>();
+      for (let i = 0; i < 100; i++) {
+        const id = `my-${round}-${i}`;
+        few.set(id, i + 1);
+        assert.equal(table.add(id, i + 1), i + 1);
+      }
+      assert.equal(table.get('my-0-0'), round === 0 ? 1 : 0);
+      assert.deepEqual(listed(), [...few].sort(byBytes));
+    }
+  });
+
   it('ViewTable counts as a Map does, and lists its ids in the byte order of their UTF-8', () => {
     fc.assert(
       fc.property(fc.array(op, { maxLength: 400, size: 'max' }), (ops) => {

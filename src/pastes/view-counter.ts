@@ -30,10 +30,7 @@ export class ViewCounter {
   /** Counts one view and returns how many of this paste's views are not yet written. */
   add(id: string): number {
     const count = this.pending.add(id, 1);
-    if (!this.timer) {
-      this.timer = setTimeout(() => void this.flush(), this.intervalMs);
-      this.timer.unref();
-    }
+    this.schedule();
     return count;
   }
 
@@ -51,26 +48,39 @@ export class ViewCounter {
     return this.flushing ? null : this.epoch;
   }
 
-  /** Writes every pending count (called on a timer, and on shutdown). */
+  /**
+   * Writes every pending count (called on a timer, and on shutdown). Flushes run one at a time:
+   * a call made while one runs waits for it (and for any that started meanwhile), then writes
+   * what is pending, so when it returns every view counted before the call is written.
+   */
   async flush(): Promise<void> {
     if (this.timer) clearTimeout(this.timer);
     this.timer = null;
-    if (this.flushing) await this.flushing;
+    while (this.flushing) await this.flushing.catch(() => {});
     if (this.pending.size === 0) return;
     const batch = this.pending;
     this.pending = this.writing; // empty: cleared when its flush ended
     this.writing = batch;
     this.epoch++;
-    this.flushing = this.write(batch);
-    await this.flushing;
-    this.flushing = null;
-    this.epoch++;
+    const flushing = this.write(batch);
+    this.flushing = flushing;
+    try {
+      await flushing;
+    } finally {
+      this.flushing = null;
+      this.epoch++;
+    }
+  }
+
+  private schedule(): void {
+    if (this.timer) return;
+    this.timer = setTimeout(() => void this.flush().catch(() => {}), this.intervalMs);
+    this.timer.unref();
   }
 
   /**
    * Writes the batch in chunks of ids in key order (a chunk then meets a few neighbouring pages
-   * of the b-trees instead of one page per paste; instances on PostgreSQL also take the row locks
-   * in one order), with a turn of the event loop between chunks. On SQLite a chunk's statement
+   * of the b-trees instead of one page per paste), with a turn of the event loop between chunks. On SQLite a chunk's statement
    * and its counts leaving the batch are one synchronous step, so reads stay exact. If the
    * database cannot be reached, what was not written goes back to pending for the next flush.
    */
@@ -90,10 +100,7 @@ export class ViewCounter {
         const n = batch.countAt(slot);
         if (n > 0) this.pending.add(batch.idAt(slot), n);
       }
-      if (!this.timer) {
-        this.timer = setTimeout(() => void this.flush(), this.intervalMs);
-        this.timer.unref();
-      }
+      this.schedule();
     }
     batch.clear();
   }

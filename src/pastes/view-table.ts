@@ -12,8 +12,11 @@
  * Open addressing with linear probing over a power-of-two number of slots, at most half full
  * (the table doubles before that). A slot holds the id's hash (0: empty), where its UTF-8 bytes
  * are in the arena, and its count. Entries are never removed one by one: the table is cleared as
- * a whole once its counts are written.
+ * a whole once its counts are written. Ids are well-formed strings (D9 ids are ASCII); one with a
+ * lone surrogate would not find its own entry again.
  */
+import { randomInt } from 'node:crypto';
+
 export class ViewTable {
   private mask: number;
   private hashes: Int32Array;
@@ -27,7 +30,7 @@ export class ViewTable {
   private sortKeys: Float64Array;
   size = 0;
 
-  constructor(slots = 1 << 12) {
+  constructor(slots = MIN_SLOTS) {
     const capacity = 2 ** Math.ceil(Math.log2(Math.max(16, slots)));
     [this.mask, this.hashes, this.offsets, this.lengths, this.counts, this.filled, this.sortKeys] =
       slotArrays(capacity);
@@ -93,9 +96,20 @@ export class ViewTable {
     this.counts[slot] = n;
   }
 
-  /** Empties the table, keeping its size for the next second. */
+  /**
+   * Empties the table, keeping its size for the next second unless it held under an eighth of
+   * its slots (then half the slots: a burst of ids does not hold its memory for good).
+   */
   clear(): void {
-    for (let i = 0; i < this.size; i++) this.hashes[this.filled[i] as number] = 0;
+    const capacity = this.mask + 1;
+    if (capacity > MIN_SLOTS && this.size * 8 < capacity) {
+      [this.mask, this.hashes, this.offsets, this.lengths, this.counts, this.filled, this.sortKeys] = slotArrays(
+        capacity / 2,
+      );
+      if (this.arena.length > capacity * 4) this.arena = Buffer.allocUnsafe(capacity * 4);
+    } else {
+      for (let i = 0; i < this.size; i++) this.hashes[this.filled[i] as number] = 0;
+    }
     this.size = 0;
     this.arenaUsed = 0;
   }
@@ -198,8 +212,17 @@ export class ViewTable {
     return la - lb;
   }
 
-  /** Insertion sort of slots[start, end) by id bytes (runs are a few entries long). */
+  /**
+   * Sorts slots[start, end) by id bytes: by insertion when the run is short (random ids share
+   * three bytes with a few others at most), else with a comparison sort (slugs chosen by users
+   * can share a prefix by the thousand: insertion would take seconds).
+   */
   private sortRun(slots: Int32Array, start: number, end: number): void {
+    if (end - start > 16) {
+      const run = Array.from(slots.subarray(start, end)).sort((a, b) => this.compareIds(a, b));
+      slots.set(run, start);
+      return;
+    }
     for (let i = start + 1; i < end; i++) {
       const slot = slots[i] as number;
       let j = i - 1;
@@ -211,6 +234,9 @@ export class ViewTable {
     }
   }
 }
+
+/** The size a table starts at and does not shrink below. */
+const MIN_SLOTS = 1 << 12;
 
 /** The typed arrays of a table of `capacity` slots (at most half of them filled), and its mask. */
 function slotArrays(capacity: number) {
@@ -228,9 +254,13 @@ function slotArrays(capacity: number) {
 /** Slot numbers sit below the id prefix in a sort key: 2^29 slots, 2^24 prefixes, within 2^53. */
 const SLOT_SPAN = 2 ** 29;
 
-/** FNV-1a over the UTF-16 code units, never 0 (0 marks an empty slot). */
+/** A seed of this process's own, so that no one can choose ids that all land on the same slots. */
+const SEED = randomInt(2 ** 31);
+
+/** FNV-1a over the UTF-16 code units, from a seeded start, as an int32 that is never 0 (empty). */
 function hashOf(id: string): number {
-  let h = 0x811c9dc5;
+  let h = 0x811c9dc5 ^ SEED;
   for (let i = 0; i < id.length; i++) h = Math.imul(h ^ id.charCodeAt(i), 0x01000193);
-  return h === 0 ? 1 : h;
+  h ^= h >>> 16;
+  return h | 0 || 1;
 }
