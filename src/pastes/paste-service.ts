@@ -189,7 +189,7 @@ export class PasteService {
    */
   plainPasteNow(id: string): Paste | null | Promise<Paste | null> {
     const found = this.pastes.findLiveNow(id, this.clock());
-    return found === undefined ? this.plainPaste(id) : plainOrNull(found ?? undefined);
+    return found === undefined ? this.plainPaste(id) : plainOrNull(found);
   }
 
   /**
@@ -200,11 +200,11 @@ export class PasteService {
   plainContent(id: string): string | null | Promise<string | null> {
     const now = this.clock();
     const found = this.pastes.findLiveContentNow(id, now);
-    if (found !== undefined) return this.countPlain(id, found ?? undefined);
+    if (found !== undefined) return this.countPlain(id, found);
     return this.pastes.findLiveContent(id, now).then((live) => this.countPlain(id, live));
   }
 
-  private countPlain(id: string, live: LiveContent | undefined): string | null {
+  private countPlain(id: string, live: LiveContent | null | undefined): string | null {
     if (!live || live.passwordProtected || live.burnAfterRead) return null;
     this.views.add(id);
     return live.content;
@@ -333,7 +333,7 @@ export class PasteService {
 }
 
 /** The paste if it may be served as is (no password, not view-once), else null. */
-function plainOrNull(paste: Paste | undefined): Paste | null {
+function plainOrNull(paste: Paste | null | undefined): Paste | null {
   return paste && paste.passwordHash === null && !paste.burnAfterRead ? paste : null;
 }
 

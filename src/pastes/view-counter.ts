@@ -80,9 +80,10 @@ export class ViewCounter {
 
   /**
    * Writes the batch in chunks of ids in key order (a chunk then meets a few neighbouring pages
-   * of the b-trees instead of one page per paste), with a turn of the event loop between chunks. On SQLite a chunk's statement
-   * and its counts leaving the batch are one synchronous step, so reads stay exact. If the
-   * database cannot be reached, what was not written goes back to pending for the next flush.
+   * of the b-trees instead of one page per paste), with a turn of the event loop between chunks.
+   * On SQLite a chunk's statement and its counts leaving the batch are one synchronous step, so
+   * reads stay exact. If the database cannot be reached, what was not written goes back to
+   * pending for the next flush.
    */
   private async write(batch: ViewTable): Promise<void> {
     const slots = batch.sortedSlots();

@@ -18,22 +18,21 @@
 import { randomInt } from 'node:crypto';
 
 export class ViewTable {
-  private mask: number;
-  private hashes: Int32Array;
-  private offsets: Uint32Array;
-  private lengths: Uint16Array;
-  private counts: Float64Array;
+  private mask!: number;
+  private hashes!: Int32Array;
+  private offsets!: Uint32Array;
+  private lengths!: Uint16Array;
+  private counts!: Float64Array;
   /** Occupied slots in the order they were filled (for clearing and listing without a scan). */
-  private filled: Int32Array;
+  private filled!: Int32Array;
   private arena: Buffer;
   private arenaUsed = 0;
-  private sortKeys: Float64Array;
+  private sortKeys!: Float64Array;
   size = 0;
 
   constructor(slots = MIN_SLOTS) {
     const capacity = 2 ** Math.ceil(Math.log2(Math.max(16, slots)));
-    [this.mask, this.hashes, this.offsets, this.lengths, this.counts, this.filled, this.sortKeys] =
-      slotArrays(capacity);
+    this.allocate(capacity);
     this.arena = Buffer.allocUnsafe(capacity * 8);
   }
 
@@ -103,9 +102,7 @@ export class ViewTable {
   clear(): void {
     const capacity = this.mask + 1;
     if (capacity > MIN_SLOTS && this.size * 8 < capacity) {
-      [this.mask, this.hashes, this.offsets, this.lengths, this.counts, this.filled, this.sortKeys] = slotArrays(
-        capacity / 2,
-      );
+      this.allocate(capacity / 2);
       if (this.arena.length > capacity * 4) this.arena = Buffer.allocUnsafe(capacity * 4);
     } else {
       for (let i = 0; i < this.size; i++) this.hashes[this.filled[i] as number] = 0;
@@ -174,9 +171,7 @@ export class ViewTable {
     const old = { hashes: this.hashes, offsets: this.offsets, lengths: this.lengths, counts: this.counts };
     const oldFilled = this.filled;
     const size = this.size;
-    [this.mask, this.hashes, this.offsets, this.lengths, this.counts, this.filled, this.sortKeys] = slotArrays(
-      (this.mask + 1) * 2,
-    );
+    this.allocate((this.mask + 1) * 2);
     for (let i = 0; i < size; i++) {
       const from = oldFilled[i] as number;
       let slot = (old.hashes[from] as number) & this.mask;
@@ -187,6 +182,17 @@ export class ViewTable {
       this.counts[slot] = old.counts[from] as number;
       this.filled[i] = slot;
     }
+  }
+
+  /** Empty slot arrays for `capacity` slots (at most half of them filled). */
+  private allocate(capacity: number): void {
+    this.mask = capacity - 1;
+    this.hashes = new Int32Array(capacity);
+    this.offsets = new Uint32Array(capacity);
+    this.lengths = new Uint16Array(capacity);
+    this.counts = new Float64Array(capacity);
+    this.filled = new Int32Array(capacity / 2);
+    this.sortKeys = new Float64Array(capacity / 2);
   }
 
   /** The first three bytes of a slot's id as a number (missing bytes count as 0). */
@@ -237,19 +243,6 @@ export class ViewTable {
 
 /** The size a table starts at and does not shrink below. */
 const MIN_SLOTS = 1 << 12;
-
-/** The typed arrays of a table of `capacity` slots (at most half of them filled), and its mask. */
-function slotArrays(capacity: number) {
-  return [
-    capacity - 1,
-    new Int32Array(capacity),
-    new Uint32Array(capacity),
-    new Uint16Array(capacity),
-    new Float64Array(capacity),
-    new Int32Array(capacity / 2),
-    new Float64Array(capacity / 2),
-  ] as const;
-}
 
 /** Slot numbers sit below the id prefix in a sort key: 2^29 slots, 2^24 prefixes, within 2^53. */
 const SLOT_SPAN = 2 ** 29;
