@@ -4,7 +4,7 @@
  * then N seconds a scenario, its baseline measured N/2 seconds just before and N/2 just after).
  * Prints one table: scenario, req/s, p50, p99, errors, peak RSS of the server, and the ratio to
  * the baseline measured around it in the same run. 127.0.0.1 only; bounded.
- * Usage: npm run bench [-- --seconds 10] [--db sqlite|postgres] [--redis redis://127.0.0.1:6379] [--markdown FILE] [--only 'text of a scenario name']
+ * Usage: npm run bench [-- --seconds 10] [--db sqlite|postgres] [--redis redis://127.0.0.1:6379] [--markdown FILE] [--only 'text of a scenario name'] [--rounds N]
  * --db postgres uses BENCH_DATABASE_URL (or TEST_DATABASE_URL, or postgres://postgres@127.0.0.1:5432/test),
  * a fresh schema for each side, dropped at the end.
  */
@@ -36,6 +36,12 @@ const PASTES = Number(option('pastes', '100000'));
 const MARKDOWN = option('markdown', '');
 /** Runs only the scenarios whose name contains this text (and their baselines). */
 const ONLY = option('only', '');
+/**
+ * Measures each scenario this many times, each with its own baseline around it, and reports the
+ * round with the median ratio (and the range of the ratios): one pair is at the mercy of this
+ * machine's drift, several show it.
+ */
+const ROUNDS = Math.max(1, Number(option('rounds', '1')));
 
 pinSelf();
 
@@ -238,6 +244,8 @@ interface Row {
   /** The baseline measured around this scenario: half before, half after (see paired()). */
   pairedBaseline: LoadResult;
   goal: number;
+  /** The ratios of every round (one unless --rounds), lowest first. */
+  ratios: number[];
 }
 const rows: Row[] = [];
 
@@ -320,9 +328,16 @@ try {
   for (const [scenario, base, goal, options] of scenarios) {
     if (ONLY && !scenario.includes(ONLY)) continue;
     server.resetPeak();
-    const [result, pairedBaseline] = await paired(base, options);
-    rows.push({ scenario, result, baseline: base, pairedBaseline, goal, peakMb: server.peakRssMb() });
-    console.error(`${scenario}: ${result.rps.toFixed(0)} req/s`);
+    const rounds: Array<[LoadResult, LoadResult]> = [];
+    for (let round = 0; round < ROUNDS; round++) rounds.push(await paired(base, options));
+    const ratioOf = ([result, around]: [LoadResult, LoadResult]) => result.rps / around.rps;
+    rounds.sort((a, b) => ratioOf(a) - ratioOf(b));
+    const [result, pairedBaseline] = rounds[Math.floor((rounds.length - 1) / 2)] as [LoadResult, LoadResult];
+    const ratios = rounds.map(ratioOf);
+    rows.push({ scenario, result, baseline: base, pairedBaseline, goal, peakMb: server.peakRssMb(), ratios });
+    console.error(
+      `${scenario}: ${result.rps.toFixed(0)} req/s${ROUNDS > 1 ? `, ratios ${ratios.map((r) => r.toFixed(2)).join(' ')}` : ''}`,
+    );
   }
 } finally {
   baseline.kill('SIGTERM');
@@ -335,6 +350,9 @@ const header =
   '| scenario | req/s | p50 ms | p99 ms | errors | peak RSS MB | baseline (req/s around it) | ratio | goal |';
 const line = '|---|---:|---:|---:|---:|---:|---|---:|---|';
 const fmt = (r: LoadResult) => [r.rps.toFixed(0), String(r.p50), String(r.p99), String(r.errors + r.non2xx)];
+/** With several rounds: the range of their ratios after the median's. */
+const range = (ratios: number[]) =>
+  ratios.length > 1 ? ` (${(ratios[0] as number).toFixed(2)}–${(ratios.at(-1) as number).toFixed(2)})` : '';
 const table = [header, line];
 for (const name of Object.keys(baselineLoads)) {
   const measured = rows.filter((row) => row.baseline === name).map((row) => row.pairedBaseline);
@@ -344,7 +362,7 @@ for (const row of rows) {
   const ratio = row.result.rps / row.pairedBaseline.rps;
   const status = ratio >= row.goal ? 'met' : 'not met';
   table.push(
-    `| ${row.scenario} | ${fmt(row.result).join(' | ')} | ${row.peakMb.toFixed(0)} | ${row.baseline} (${row.pairedBaseline.rps.toFixed(0)}) | ${ratio.toFixed(2)} | ≥ ${row.goal} ${status} |`,
+    `| ${row.scenario} | ${fmt(row.result).join(' | ')} | ${row.peakMb.toFixed(0)} | ${row.baseline} (${row.pairedBaseline.rps.toFixed(0)}) | ${ratio.toFixed(2)}${range(row.ratios)} | ≥ ${row.goal} ${status} |`,
   );
 }
 table.push(
