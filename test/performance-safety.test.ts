@@ -8,8 +8,9 @@ import { createHash } from 'node:crypto';
 import { request as httpRequest } from 'node:http';
 import { describe, it } from 'node:test';
 import { pino } from 'pino';
+import { FastLane, serverWithFastLane } from '../src/http/fast-lane.js';
 import type { PasteRepository } from '../src/storage/paste-repository.js';
-import { freshDatabase, request, startServer } from './helpers.js';
+import { freePort, freshDatabase, request, startServer } from './helpers.js';
 import { fastpaste, startServerProcess } from './server-process.js';
 
 const sha256 = (text: string) => createHash('sha256').update(text).digest('hex');
@@ -361,6 +362,44 @@ describe('the fast lane', () => {
       assert.equal(protectedApi.status, 403);
       assert.equal(fastLines(), before);
     } finally {
+      await server.close();
+    }
+  });
+
+  it('counts a view once when building the page fails in the lane and the framework answers instead', async () => {
+    const server = await startServer();
+    const { services } = server;
+    // A lane like the server's, whose page build throws: the framework (the same app) answers.
+    const lane = new FastLane({
+      pastes: services.pastes,
+      keys: services.keys,
+      quota: services.quota,
+      presenter: services.presenter,
+      readPage: () => {
+        throw new Error('page build failed');
+      },
+      apiEnabled: true,
+      trustProxy: false,
+      admits: () => true,
+    });
+    const front = serverWithFastLane(lane)((req, res) => server.app.routing(req, res), {});
+    const port = await freePort();
+    await new Promise<void>((resolve) => front.listen(port, '127.0.0.1', resolve));
+    try {
+      const key = await server.createKey();
+      const created = await request(`${server.url}/api/v1/paste`, {
+        method: 'POST',
+        headers: { 'x-api-key': key },
+        json: { content: 'counted once' },
+      });
+      const id = (created.body as { data: { paste_id: string } }).data.paste_id;
+      const page = await fetch(`http://127.0.0.1:${port}/view/${id}`);
+      assert.equal(page.status, 200);
+      assert.match(await page.text(), /1 view</);
+      const detail = await request(`${server.url}/api/v1/paste/${id}?via=framework`, { headers: { 'x-api-key': key } });
+      assert.equal(detail.body.data.view_count, 2);
+    } finally {
+      await new Promise((resolve) => front.close(resolve));
       await server.close();
     }
   });

@@ -12,7 +12,7 @@
 import http, { type IncomingMessage, type ServerResponse } from 'node:http';
 import type { FastifyServerFactory, FastifyServerFactoryHandler, FastifyServerOptions } from 'fastify';
 import type { Logger } from 'pino';
-import type { KeyService } from '../keys/key-service.js';
+import type { ApiKey, KeyService } from '../keys/key-service.js';
 import type { QuotaService } from '../keys/quota-service.js';
 import type { Paste } from '../pastes/paste.js';
 import type { PastePresenter } from '../pastes/paste-presenter.js';
@@ -93,7 +93,10 @@ export class FastLane {
   }
 
   private sendPage(req: IncomingMessage, res: ServerResponse, paste: Paste, started: bigint): true {
-    const parts = this.deps.readPage(this.deps.pastes.countRead(paste));
+    // The view is counted once the page is built: a build that throws hands the request to
+    // Fastify, which counts it itself.
+    const parts = this.deps.readPage(this.deps.pastes.readOf(paste));
+    this.deps.pastes.countView(paste.id);
     let length = 0;
     for (const part of parts) length += typeof part === 'string' ? Buffer.byteLength(part) : part.length;
     res.writeHead(200, Object.assign({}, HTML_HEADERS, { 'content-length': length }));
@@ -110,20 +113,46 @@ export class FastLane {
     return true;
   }
 
-  private async serveApi(req: IncomingMessage, res: ServerResponse, url: string, started: bigint): Promise<boolean> {
+  /** Synchronous while the key, the paste and the quota counters all answer at once. */
+  private serveApi(
+    req: IncomingMessage,
+    res: ServerResponse,
+    url: string,
+    started: bigint,
+  ): boolean | Promise<boolean> {
     const key = this.deps.keys.cachedActiveKey(req.headers['x-api-key'] as string);
     if (!key) return false;
-    const paste = await this.deps.pastes.plainPasteNow(url.slice(API_PREFIX.length));
-    if (!paste) return false;
-    const subject = `key:${key.id}`;
-    let quotaHeaders = this.deps.quota.consumeNow(subject, key.limits);
-    if (!quotaHeaders) {
-      try {
-        quotaHeaders = await this.deps.quota.consume(subject, key.limits);
-      } catch {
-        return false; // a 429 (its count given back) or a store down: Fastify answers it
-      }
+    const paste = this.deps.pastes.plainPasteNow(url.slice(API_PREFIX.length));
+    if (paste === null) return false;
+    if (paste instanceof Promise) {
+      return paste.then((later) => later !== null && this.answerApi(req, res, key, later, started));
     }
+    return this.answerApi(req, res, key, paste, started);
+  }
+
+  private answerApi(
+    req: IncomingMessage,
+    res: ServerResponse,
+    key: ApiKey,
+    paste: Paste,
+    started: bigint,
+  ): boolean | Promise<boolean> {
+    const subject = `key:${key.id}`;
+    const quotaHeaders = this.deps.quota.consumeNow(subject, key.limits);
+    if (quotaHeaders) return this.sendDetail(req, res, paste, started, quotaHeaders);
+    return this.deps.quota.consume(subject, key.limits).then(
+      (counted) => this.sendDetail(req, res, paste, started, counted),
+      () => false, // a 429 (its count given back) or a store down: Fastify answers it
+    );
+  }
+
+  private sendDetail(
+    req: IncomingMessage,
+    res: ServerResponse,
+    paste: Paste,
+    started: bigint,
+    quotaHeaders: Record<string, string>,
+  ): true {
     const read = this.deps.pastes.countRead(paste);
     const body = JSON.stringify({ error: false, data: this.deps.presenter.detail(read.paste, read.burned) });
     this.send(req, res, JSON_HEADERS, body, started, quotaHeaders);

@@ -212,9 +212,22 @@ export class PasteService {
 
   /** The read of a paste plainPaste() returned: the view counted, as read() counts it. */
   countRead(paste: Paste): Read {
-    const earlier = this.views.unwritten(paste.id);
-    this.views.add(paste.id);
-    return { paste: { ...paste, viewCount: paste.viewCount + earlier + 1 }, burned: false };
+    const read = this.readOf(paste);
+    this.countView(paste.id);
+    return read;
+  }
+
+  /**
+   * The read of a plain paste as it is once its view is counted, counting nothing: a caller that
+   * may still fail building its answer (and hand the request on) counts with countView after.
+   */
+  readOf(paste: Paste): Read {
+    return { paste: { ...paste, viewCount: paste.viewCount + this.views.unwritten(paste.id) + 1 }, burned: false };
+  }
+
+  /** Counts the view that readOf showed. */
+  countView(id: string): void {
+    this.views.add(id);
   }
 
   private async checkPassword(paste: Paste, mode: ReadMode, options: ReadOptions): Promise<void> {
