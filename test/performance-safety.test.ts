@@ -598,6 +598,41 @@ describe('view counts kept apart from the pastes', () => {
     }
   });
 
+  it('two instances flushing counts of the same pastes at once both write all of them (no deadlock)', async () => {
+    const first = await startServer();
+    const second = await startServer({ databaseUrl: first.databaseUrl });
+    try {
+      const now = first.clock.read();
+      const ids = Array.from({ length: 1000 }, (_, i) => `D${String(i).padStart(5, '0')}`);
+      const values = ids.map(
+        (id) => `('${id}', NULL, 'x', 'text', 1, '${'a'.repeat(64)}', ${now}, NULL, 0, 0, 0, 1, 0, 'api')`,
+      );
+      await first.sql(
+        `INSERT INTO pastes (id, owner_key_id, content, content_type, file_size, sha256, created_at, expires_at, view_count, burn_after_read, encrypted, downloadable, is_public, source) VALUES ${values.join(', ')}`,
+      );
+      const a = first.services.pastes.views;
+      const b = second.services.pastes.views;
+      const rounds = 8;
+      for (let round = 0; round < rounds; round++) {
+        // One instance sees the odd pastes twice, the other (which does not see the first) the
+        // even ones: written grouped by count, each would lock its first group's rows, then
+        // wait for the rows the other locked first.
+        ids.forEach((id, i) => {
+          for (let n = 0; n < 1 + (i % 2); n++) a.add(id);
+          if (i > 0) for (let n = 0; n < 2 - (i % 2); n++) b.add(id);
+        });
+        await Promise.all([a.flush(), b.flush()]);
+        for (const id of ids) assert.equal(a.unwritten(id) + b.unwritten(id), 0, `${id} left unwritten`);
+      }
+      const rows = await first.sql<{ paste_id: string; views: number }>('SELECT paste_id, views FROM paste_views');
+      assert.equal(rows.length, ids.length);
+      for (const row of rows) assert.equal(Number(row.views), (row.paste_id === ids[0] ? 1 : 3) * rounds);
+    } finally {
+      await second.close();
+      await first.close();
+    }
+  });
+
   it('flushes called while one runs wait their turn: each returns with every view counted before it written', async () => {
     const server = await startServer();
     try {
