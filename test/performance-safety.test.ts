@@ -10,10 +10,32 @@ import { describe, it } from 'node:test';
 import { pino } from 'pino';
 import { FastLane, serverWithFastLane } from '../src/http/fast-lane.js';
 import type { PasteRepository } from '../src/storage/paste-repository.js';
-import { freePort, freshDatabase, request, startServer } from './helpers.js';
+import { freePort, freshDatabase, request, startServer, type TestServer } from './helpers.js';
 import { fastpaste, startServerProcess } from './server-process.js';
 
 const sha256 = (text: string) => createHash('sha256').update(text).digest('hex');
+
+interface PlainRow {
+  id: string;
+  owner?: string | null;
+  createdAt: number;
+  expiresAt?: number | null;
+}
+
+/** Inserts plain 1-byte pastes straight into the table, 500 to a statement. */
+async function insertPastes(server: TestServer, rows: PlainRow[]): Promise<void> {
+  for (let start = 0; start < rows.length; start += 500) {
+    const values = rows
+      .slice(start, start + 500)
+      .map(
+        ({ id, owner = null, createdAt, expiresAt = null }) =>
+          `('${id}', ${owner === null ? 'NULL' : `'${owner}'`}, 'x', 'text', 1, '${'a'.repeat(64)}', ${createdAt}, ${expiresAt ?? 'NULL'}, 0, 0, 0, 1, 0, 'api')`,
+      );
+    await server.sql(
+      `INSERT INTO pastes (id, owner_key_id, content, content_type, file_size, sha256, created_at, expires_at, view_count, burn_after_read, encrypted, downloadable, is_public, source) VALUES ${values.join(', ')}`,
+    );
+  }
+}
 
 describe('group commit', () => {
   it('every paste that got a 201 is readable with its sha256 after the server is killed with SIGKILL', async () => {
@@ -183,24 +205,20 @@ describe('list paging from anchors', () => {
       const now = server.clock.read();
       // 530 pastes, many sharing a creation time (the id breaks the tie), some expiring soon,
       // some already expired, and another key's pastes in between.
-      const values: string[] = [];
+      const rows: PlainRow[] = [];
       const expected: Array<{ id: string; createdAt: number; expiresAt: number | null }> = [];
       for (let i = 0; i < 560; i++) {
         const id = `L${String(i).padStart(4, '0')}${String.fromCharCode(97 + ((i * 7) % 26))}`;
         const createdAt = now - 10_000 + Math.floor(i / 3) * 10;
         const expiresAt = i % 50 === 0 ? now - 1 : i % 9 === 0 ? now + 60_000 : null;
         const owner = i % 17 === 0 ? 'k_nobody' : ownerId;
-        values.push(
-          `('${id}', '${owner}', 'x', 'text', 1, '${'a'.repeat(64)}', ${createdAt}, ${expiresAt ?? 'NULL'}, 0, 0, 0, 1, 0, 'api')`,
-        );
+        rows.push({ id, owner, createdAt, expiresAt });
         if (owner === ownerId) expected.push({ id, createdAt, expiresAt });
       }
       await server.sql(
         `INSERT INTO api_keys (id, name, digest, active, hourly_limit, daily_limit, monthly_limit, created_at) VALUES ('k_nobody', 'n', 'd', 1, 0, 0, 0, 0)`,
       );
-      await server.sql(
-        `INSERT INTO pastes (id, owner_key_id, content, content_type, file_size, sha256, created_at, expires_at, view_count, burn_after_read, encrypted, downloadable, is_public, source) VALUES ${values.join(', ')}`,
-      );
+      await insertPastes(server, rows);
       const live = () =>
         expected
           .filter((p) => p.expiresAt === null || p.expiresAt > server.clock.read())
@@ -490,15 +508,14 @@ describe('the expiry sweep', () => {
     const server = await startServer();
     try {
       const now = server.clock.read();
-      for (let chunk = 0; chunk < 6; chunk++) {
-        const values = Array.from({ length: 500 }, (_, i) => {
-          const id = `X${chunk}${String(i).padStart(5, '0')}`;
-          return `('${id}', NULL, 'x', 'text', 1, '${'a'.repeat(64)}', ${now - 10_000}, ${now - 1}, 0, 0, 0, 1, 0, 'api')`;
-        });
-        await server.sql(
-          `INSERT INTO pastes (id, owner_key_id, content, content_type, file_size, sha256, created_at, expires_at, view_count, burn_after_read, encrypted, downloadable, is_public, source) VALUES ${values.join(', ')}`,
-        );
-      }
+      await insertPastes(
+        server,
+        Array.from({ length: 3000 }, (_, i) => ({
+          id: `X${Math.floor(i / 500)}${String(i % 500).padStart(5, '0')}`,
+          createdAt: now - 10_000,
+          expiresAt: now - 1,
+        })),
+      );
       // Each batch is timed: the pause after it is at least as long as it took (at most half the
       // server's time goes to the sweep).
       const repository = (server.services.pastes as unknown as { pastes: PasteRepository }).pastes;
@@ -543,14 +560,10 @@ describe('view counts kept apart from the pastes', () => {
     try {
       const now = server.clock.read();
       const ids = Array.from({ length: 2500 }, (_, i) => `V${String(i).padStart(5, '0')}`);
-      for (let start = 0; start < ids.length; start += 500) {
-        const values = ids
-          .slice(start, start + 500)
-          .map((id) => `('${id}', NULL, 'x', 'text', 1, '${'a'.repeat(64)}', ${now}, NULL, 0, 0, 0, 1, 0, 'api')`);
-        await server.sql(
-          `INSERT INTO pastes (id, owner_key_id, content, content_type, file_size, sha256, created_at, expires_at, view_count, burn_after_read, encrypted, downloadable, is_public, source) VALUES ${values.join(', ')}`,
-        );
-      }
+      await insertPastes(
+        server,
+        ids.map((id) => ({ id, createdAt: now })),
+      );
       const views = server.services.pastes.views;
       // Paste i is seen 1 + i % 3 times; one id that is not a paste is seen too (not written).
       const expected = (i: number) => 1 + (i % 3);
@@ -604,11 +617,9 @@ describe('view counts kept apart from the pastes', () => {
     try {
       const now = first.clock.read();
       const ids = Array.from({ length: 1000 }, (_, i) => `D${String(i).padStart(5, '0')}`);
-      const values = ids.map(
-        (id) => `('${id}', NULL, 'x', 'text', 1, '${'a'.repeat(64)}', ${now}, NULL, 0, 0, 0, 1, 0, 'api')`,
-      );
-      await first.sql(
-        `INSERT INTO pastes (id, owner_key_id, content, content_type, file_size, sha256, created_at, expires_at, view_count, burn_after_read, encrypted, downloadable, is_public, source) VALUES ${values.join(', ')}`,
+      await insertPastes(
+        first,
+        ids.map((id) => ({ id, createdAt: now })),
       );
       const a = first.services.pastes.views;
       const b = second.services.pastes.views;
@@ -638,11 +649,9 @@ describe('view counts kept apart from the pastes', () => {
     try {
       const now = server.clock.read();
       const ids = Array.from({ length: 900 }, (_, i) => `W${String(i).padStart(5, '0')}`);
-      const values = ids.map(
-        (id) => `('${id}', NULL, 'x', 'text', 1, '${'a'.repeat(64)}', ${now}, NULL, 0, 0, 0, 1, 0, 'api')`,
-      );
-      await server.sql(
-        `INSERT INTO pastes (id, owner_key_id, content, content_type, file_size, sha256, created_at, expires_at, view_count, burn_after_read, encrypted, downloadable, is_public, source) VALUES ${values.join(', ')}`,
+      await insertPastes(
+        server,
+        ids.map((id) => ({ id, createdAt: now })),
       );
       const views = server.services.pastes.views;
       const stored = async () => {
