@@ -75,7 +75,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     presenter: services.presenter,
     readPage: (read) => readPageParts(read, services.presenter),
     apiEnabled: config.apiEnabled,
-    trustProxy: config.trustProxy,
+    trustProxy: config.trustProxy > 0,
     admits: (address) => {
       try {
         throttle?.check(address);
@@ -90,7 +90,9 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     // Plain successful reads of /raw and /api/v1/paste/{id} skip the framework (fast-lane.ts).
     serverFactory: serverWithFastLane(lane),
     loggerInstance: (deps.logger ?? pino({ enabled: false })) as FastifyBaseLogger,
-    trustProxy: config.trustProxy,
+    // The socket's peer and then as many X-Forwarded-For entries, from the right, as there are
+    // proxies (config.ts): the address the outermost of them saw. Left of it is the client's say.
+    trustProxy: config.trustProxy > 0 ? (_address: string, hop: number) => hop < config.trustProxy : false,
     genReqId: () => randomUUID(),
     requestTimeout: config.requestTimeoutMs,
     // A slow client (slow headers, a dripped body) is cut off; Node checks every few seconds.

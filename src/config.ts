@@ -12,7 +12,12 @@ export interface Config {
   baseUrl: string;
   databaseUrl: string;
   redisUrl: string | null;
-  trustProxy: boolean;
+  /**
+   * Proxies in front whose X-Forwarded-For entries are believed, counted from the right (0: the
+   * header is ignored). The client address is the entry the outermost trusted proxy appended:
+   * entries left of it are whatever the client sent.
+   */
+  trustProxy: number;
   apiEnabled: boolean;
   anonymousCli: boolean;
   anonHourlyLimit: number;
@@ -54,6 +59,17 @@ function readBoolean(env: Env, name: string, fallback: boolean): boolean {
   const value = BOOLEANS[raw.trim().toLowerCase()];
   if (value === undefined) throw new ConfigError(`${name} must be true or false, got "${raw}"`);
   return value;
+}
+
+/** TRUST_PROXY: false (0), true (one proxy), or how many proxies stand in front (1–10). */
+function readTrustProxy(env: Env): number {
+  const raw = env.TRUST_PROXY?.trim() ?? '';
+  if (/^\d+$/.test(raw)) return readInteger(env, 'TRUST_PROXY', 0, 0, 10);
+  try {
+    return readBoolean(env, 'TRUST_PROXY', false) ? 1 : 0;
+  } catch {
+    throw new ConfigError(`TRUST_PROXY must be true, false or a number of proxies (1 to 10), got "${env.TRUST_PROXY}"`);
+  }
 }
 
 function readInteger(env: Env, name: string, fallback: number, min: number, max: number): number {
@@ -120,7 +136,7 @@ export function loadConfig(env: Env = process.env): Config {
     baseUrl,
     databaseUrl,
     redisUrl: readUrl(env, 'REDIS_URL', null, ['redis:', 'rediss:']),
-    trustProxy: readBoolean(env, 'TRUST_PROXY', false),
+    trustProxy: readTrustProxy(env),
     apiEnabled: readBoolean(env, 'API_ENABLED', true),
     anonymousCli: readBoolean(env, 'ANONYMOUS_CLI', true),
     anonHourlyLimit: readInteger(env, 'ANON_HOURLY_LIMIT', 30, 0, 1_000_000_000),

@@ -549,6 +549,26 @@ describe('anonymous quick-create limit (ANON_HOURLY_LIMIT, TRUST_PROXY)', () => 
     assertStatus(await quickCreate(server), 201, 'no X-Forwarded-For');
   });
 
+  it('with TRUST_PROXY=true the address the proxy appended counts: entries a client puts before it buy nothing', async (t) => {
+    const server = await start(t, { env: { ANON_HOURLY_LIMIT: '2', TRUST_PROXY: 'true' } });
+    // The proxy appends the address it saw (203.0.113.20) to whatever the client sent.
+    await expectEach(2, () => fromAddress(server, '198.51.100.1, 203.0.113.20'), 201, 'first two');
+    assertRateLimited(await fromAddress(server, '198.51.100.2, 203.0.113.20'), 3600, 'a new made-up address first');
+    assertRateLimited(await fromAddress(server, '203.0.113.20'), 3600, 'the address alone');
+    assertStatus(await fromAddress(server, '203.0.113.20, 203.0.113.21'), 201, 'another client of the proxy');
+  });
+
+  it('with TRUST_PROXY=2 (two proxies) the entry the outer proxy appended counts', async (t) => {
+    const server = await start(t, { env: { ANON_HOURLY_LIMIT: '1', TRUST_PROXY: '2' } });
+    assertStatus(await fromAddress(server, '192.0.2.1, 203.0.113.30, 10.0.0.7'), 201, 'first');
+    assertRateLimited(
+      await fromAddress(server, '192.0.2.2, 203.0.113.30, 10.0.0.8'),
+      3600,
+      'same client, other inner hop',
+    );
+    assertStatus(await fromAddress(server, '192.0.2.1, 203.0.113.31, 10.0.0.7'), 201, 'another client');
+  });
+
   it('without TRUST_PROXY, X-Forwarded-For is ignored: every request counts as 127.0.0.1', async (t) => {
     const server = await start(t, { env: { ANON_HOURLY_LIMIT: '3' } });
     assertStatus(await fromAddress(server, '198.51.100.1'), 201, 'first');
@@ -696,6 +716,7 @@ describe('anonymous content check (400 content_rejected)', () => {
       ['ANON_HOURLY_LIMIT', 'many'],
       ['ANON_HOURLY_LIMIT', '-1'],
       ['TRUST_PROXY', 'sometimes'],
+      ['TRUST_PROXY', '11'],
       ['API_ENABLED', 'maybe'],
       ['ANONYMOUS_CLI', 'perhaps'],
       ['REDIS_URL', 'http://127.0.0.1:6379'],
@@ -707,7 +728,10 @@ describe('anonymous content check (400 content_rejected)', () => {
     assert.equal(defaults.apiEnabled, true);
     assert.equal(defaults.anonymousCli, true);
     assert.equal(defaults.anonHourlyLimit, 30);
-    assert.equal(defaults.trustProxy, false);
+    assert.equal(defaults.trustProxy, 0);
+    assert.equal(loadConfig({ TRUST_PROXY: 'true' }).trustProxy, 1);
+    assert.equal(loadConfig({ TRUST_PROXY: '2' }).trustProxy, 2);
+    assert.equal(loadConfig({ TRUST_PROXY: 'false' }).trustProxy, 0);
     assert.equal(defaults.redisUrl, null);
   });
 });
