@@ -27,7 +27,9 @@ import {
 
 const SECONDS = Number(option('seconds', '5'));
 /** `--only sweep`: the sweep alone (its database is still seeded with the 1,000,000 live pastes). */
-const SWEEP_ONLY = option('only', '') === 'sweep';
+const ONLY = option('only', '');
+if (ONLY !== '' && ONLY !== 'sweep') throw new Error('--only takes sweep (or nothing)');
+const SWEEP_ONLY = ONLY === 'sweep';
 pinSelf();
 
 const dir = mkdtempSync(join(tmpdir(), 'fastpaste-growth-'));

@@ -41,7 +41,8 @@ const ONLY = option('only', '');
  * round with the median ratio (and the range of the ratios): one pair is at the mercy of this
  * machine's drift, several show it.
  */
-const ROUNDS = Math.max(1, Number(option('rounds', '1')));
+const ROUNDS = Number(option('rounds', '1'));
+if (!Number.isInteger(ROUNDS) || ROUNDS < 1) throw new Error('--rounds takes a whole number from 1');
 
 pinSelf();
 

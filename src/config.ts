@@ -63,13 +63,13 @@ function readBoolean(env: Env, name: string, fallback: boolean): boolean {
 
 /** TRUST_PROXY: false (0), true (one proxy), or how many proxies stand in front (1–10). */
 function readTrustProxy(env: Env): number {
-  const raw = env.TRUST_PROXY?.trim() ?? '';
-  if (/^\d+$/.test(raw)) return readInteger(env, 'TRUST_PROXY', 0, 0, 10);
-  try {
-    return readBoolean(env, 'TRUST_PROXY', false) ? 1 : 0;
-  } catch {
+  const raw = env.TRUST_PROXY?.trim().toLowerCase() ?? '';
+  if (raw === '') return 0;
+  const value = /^\d+$/.test(raw) ? Number(raw) : BOOLEANS[raw] === undefined ? -1 : Number(BOOLEANS[raw]);
+  if (value < 0 || value > 10) {
     throw new ConfigError(`TRUST_PROXY must be true, false or a number of proxies (1 to 10), got "${env.TRUST_PROXY}"`);
   }
+  return value;
 }
 
 function readInteger(env: Env, name: string, fallback: number, min: number, max: number): number {

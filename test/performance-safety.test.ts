@@ -384,18 +384,20 @@ describe('the fast lane', () => {
     }
   });
 
-  it('counts a view once when building the page fails in the lane and the framework answers instead', async () => {
+  it('counts a view and a quota use once when building the answer fails in the lane and the framework answers', async () => {
     const server = await startServer();
     const { services } = server;
-    // A lane like the server's, whose page build throws: the framework (the same app) answers.
+    // A lane like the server's whose page and API answers fail to build: the framework (the
+    // same app) answers instead.
+    const failing = () => {
+      throw new Error('answer build failed');
+    };
     const lane = new FastLane({
       pastes: services.pastes,
       keys: services.keys,
       quota: services.quota,
-      presenter: services.presenter,
-      readPage: () => {
-        throw new Error('page build failed');
-      },
+      presenter: Object.assign(Object.create(services.presenter), { detail: failing }),
+      readPage: failing,
       apiEnabled: true,
       trustProxy: false,
       admits: () => true,
@@ -404,7 +406,7 @@ describe('the fast lane', () => {
     const port = await freePort();
     await new Promise<void>((resolve) => front.listen(port, '127.0.0.1', resolve));
     try {
-      const key = await server.createKey();
+      const key = await server.createKey({ hourly: 100 });
       const created = await request(`${server.url}/api/v1/paste`, {
         method: 'POST',
         headers: { 'x-api-key': key },
@@ -414,8 +416,12 @@ describe('the fast lane', () => {
       const page = await fetch(`http://127.0.0.1:${port}/view/${id}`);
       assert.equal(page.status, 200);
       assert.match(await page.text(), /1 view</);
+      const viaLane = await request(`http://127.0.0.1:${port}/api/v1/paste/${id}`, { headers: { 'x-api-key': key } });
+      assert.equal(viaLane.status, 200);
+      assert.equal(viaLane.body.data.view_count, 2);
+      assert.equal(viaLane.headers.get('ratelimit-remaining'), '98', 'the create and this read, once each');
       const detail = await request(`${server.url}/api/v1/paste/${id}?via=framework`, { headers: { 'x-api-key': key } });
-      assert.equal(detail.body.data.view_count, 2);
+      assert.equal(detail.body.data.view_count, 3);
     } finally {
       await new Promise((resolve) => front.close(resolve));
       await server.close();
@@ -611,7 +617,7 @@ describe('view counts kept apart from the pastes', () => {
     }
   });
 
-  it('two instances flushing counts of the same pastes at once both write all of them (no deadlock)', async () => {
+  it('two instances flushing counts of the same pastes at once both write all of them (on PostgreSQL: without a deadlock)', async () => {
     const first = await startServer();
     const second = await startServer({ databaseUrl: first.databaseUrl });
     try {

@@ -3,7 +3,7 @@
  * `GET /view/<id>`, answered straight from node:http when they are plain successes,
  * without the framework's routing, hooks and reply machinery (on a 1 KB read those cost about as
  * much as the read itself). The lane decides no rule of its own: the paste rules are
- * PasteService's (plainContent, plainPasteNow, countRead), the key and quota rules KeyService's
+ * PasteService's (plainContent, plainPasteNow, readOf, countView), the key and quota rules KeyService's
  * and QuotaService's, the page the web routes' (readPage), the headers the ones every answer
  * carries. Everything else (a query string, HEAD, a password, a view-once paste, a paste that is not there, a key not looked up in the last second, any
  * refusal, a server shutting down) goes to Fastify, which answers it as it always does. A request
@@ -138,24 +138,34 @@ export class FastLane {
     started: bigint,
   ): boolean | Promise<boolean> {
     const subject = `key:${key.id}`;
+    // The answer is built before anything is counted: a build that throws hands the request to
+    // Fastify with neither its quota nor its view counted here.
+    const body = this.detailBody(paste);
     const quotaHeaders = this.deps.quota.consumeNow(subject, key.limits);
-    if (quotaHeaders) return this.sendDetail(req, res, paste, started, quotaHeaders);
+    if (quotaHeaders) return this.sendDetail(req, res, paste.id, body, started, quotaHeaders);
     return this.deps.quota.consume(subject, key.limits).then(
-      (counted) => this.sendDetail(req, res, paste, started, counted),
+      // Views may have been counted while the quota store answered: the count is read again.
+      (counted) => this.sendDetail(req, res, paste.id, this.detailBody(paste), started, counted),
       () => false, // a 429 (its count given back) or a store down: Fastify answers it
     );
+  }
+
+  /** The JSON answer of a read of the paste, its view counted (see readOf). */
+  private detailBody(paste: Paste): string {
+    const read = this.deps.pastes.readOf(paste);
+    return JSON.stringify({ error: false, data: this.deps.presenter.detail(read.paste, read.burned) });
   }
 
   private sendDetail(
     req: IncomingMessage,
     res: ServerResponse,
-    paste: Paste,
+    id: string,
+    body: string,
     started: bigint,
     quotaHeaders: Record<string, string>,
   ): true {
-    const read = this.deps.pastes.countRead(paste);
-    const body = JSON.stringify({ error: false, data: this.deps.presenter.detail(read.paste, read.burned) });
     this.send(req, res, JSON_HEADERS, body, started, quotaHeaders);
+    this.deps.pastes.countView(id);
     return true;
   }
 

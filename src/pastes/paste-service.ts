@@ -210,16 +210,10 @@ export class PasteService {
     return live.content;
   }
 
-  /** The read of a paste plainPaste() returned: the view counted, as read() counts it. */
-  countRead(paste: Paste): Read {
-    const read = this.readOf(paste);
-    this.countView(paste.id);
-    return read;
-  }
-
   /**
-   * The read of a plain paste as it is once its view is counted, counting nothing: a caller that
-   * may still fail building its answer (and hand the request on) counts with countView after.
+   * The read of a paste plainPaste() returned, as it is once its view is counted (as read()
+   * counts it), counting nothing: the caller, who may still fail building its answer and hand
+   * the request on, counts with countView once it answers.
    */
   readOf(paste: Paste): Read {
     return { paste: { ...paste, viewCount: paste.viewCount + this.views.unwritten(paste.id) + 1 }, burned: false };
