@@ -214,6 +214,20 @@ function quotaCountingSuite(store: Store): void {
       assertRateLimited(await listWith(server, key), 10 * 60, 'later in the same hour');
     });
 
+    it('hourly N: the count starts again at the top of the hour, and the headers of the new hour say so', async (t) => {
+      const now = Date.UTC(2026, 0, 15, 12, 59, 0);
+      const server = await startAt(t, now);
+      const key = await server.createKey(limits(3, 10, 0));
+      await expectEach(2, () => listWith(server, key), 200, 'the last minute of the hour');
+      server.clock.advance(61 * SECOND);
+      const next = await listWith(server, key);
+      assertStatus(next, 200, 'first request of the next hour');
+      assert.equal(next.headers.get('ratelimit'), '"hourly";r=2;t=3599, "daily";r=7;t=39599');
+      assert.equal(next.headers.get('ratelimit-policy'), '"hourly";q=3;w=3600, "daily";q=10;w=86400');
+      await expectEach(2, () => listWith(server, key), 200, 'the rest of the new hour');
+      assertRateLimited(await listWith(server, key), 3599, 'request 4 of the new hour');
+    });
+
     it('daily N alone: N+1 is the first 429, Retry-After to midnight UTC', async (t) => {
       const now = Date.UTC(2026, 0, 15, 18, 0, 0);
       const server = await startAt(t, now);

@@ -75,8 +75,19 @@ function windowsAt(now: number): WindowPlan[] {
   return windows;
 }
 
-/** The headers of D20 for the limited windows; none when nothing is limited. */
-export function quotaHeaders(windows: Array<WindowState & { lengthSeconds: number }>): Record<string, string> {
+/** RateLimit-Policy of D20: each limited window with its quota and length. */
+function policyHeader(windows: Array<{ kind: WindowKind; limit: number; lengthSeconds: number }>): string {
+  return windows.map((w) => `"${w.kind}";q=${w.limit};w=${w.lengthSeconds}`).join(', ');
+}
+
+/**
+ * The headers of D20 for the limited windows; none when nothing is limited. `policy`, when given,
+ * is policyHeader(windows) worked out before.
+ */
+export function quotaHeaders(
+  windows: Array<WindowState & { lengthSeconds: number }>,
+  policy?: string,
+): Record<string, string> {
   if (windows.length === 0) return {};
   const nearest = windows.reduce((a, b) =>
     b.remaining < a.remaining || (b.remaining === a.remaining && b.resetSeconds < a.resetSeconds) ? b : a,
@@ -85,12 +96,30 @@ export function quotaHeaders(windows: Array<WindowState & { lengthSeconds: numbe
     'ratelimit-limit': String(nearest.limit),
     'ratelimit-remaining': String(nearest.remaining),
     'ratelimit-reset': String(nearest.resetSeconds),
-    'ratelimit-policy': windows.map((w) => `"${w.kind}";q=${w.limit};w=${w.lengthSeconds}`).join(', '),
+    'ratelimit-policy': policy ?? policyHeader(windows),
     ratelimit: windows.map((w) => `"${w.kind}";r=${w.remaining};t=${w.resetSeconds}`).join(', '),
   };
 }
 
+/**
+ * What counting a subject in the current hour needs that does not change within the hour: its
+ * limited windows, their counters' keys and the policy header (consumeNow's per-request work).
+ */
+interface SubjectPlan {
+  hourStart: number;
+  hourEnd: number;
+  limits: Limits;
+  windows: WindowPlan[];
+  counters: Array<{ key: string; limit: number }>;
+  policy: string;
+}
+
+/** Subjects whose plans are kept; past it the plans are dropped and made again as needed. */
+const MAX_PLANS = 10_000;
+
 export class QuotaService {
+  private readonly plans = new Map<string, SubjectPlan>();
+
   constructor(
     private readonly counters: CounterStore,
     private readonly clock: Clock,
@@ -138,12 +167,45 @@ export class QuotaService {
   consumeNow(subject: string, limits: Limits): Record<string, string> | undefined {
     if (!this.counters.incrementAllNow) return undefined;
     const now = this.clock();
-    const windows = windowsAt(now).filter((w) => limits[w.kind] > 0);
-    const used = this.counters.incrementAllNow(
-      windows.map((w) => ({ key: counterKey(subject, w), limit: limits[w.kind] })),
-    );
+    const plan = this.planOf(subject, limits, now);
+    const used = this.counters.incrementAllNow(plan.counters);
     if (!used) return undefined;
-    return quotaHeaders(windows.map((w, i) => windowState(w, limits[w.kind], used[i] as number, now)));
+    const windows = plan.windows;
+    const states = [];
+    for (let i = 0; i < windows.length; i++) {
+      const w = windows[i] as WindowPlan;
+      states.push(windowState(w, limits[w.kind], used[i] as number, now));
+    }
+    return quotaHeaders(states, plan.policy);
+  }
+
+  private planOf(subject: string, limits: Limits, now: number): SubjectPlan {
+    const kept = this.plans.get(subject);
+    if (
+      kept &&
+      now >= kept.hourStart &&
+      now < kept.hourEnd &&
+      kept.limits.hourly === limits.hourly &&
+      kept.limits.daily === limits.daily &&
+      kept.limits.monthly === limits.monthly
+    ) {
+      return kept;
+    }
+    const windows = windowsAt(now).filter((w) => limits[w.kind] > 0);
+    const hour = windowAt('hourly', now);
+    const plan: SubjectPlan = {
+      hourStart: hour.start,
+      hourEnd: hour.end,
+      limits: { hourly: limits.hourly, daily: limits.daily, monthly: limits.monthly },
+      windows,
+      counters: windows.map((w) => ({ key: counterKey(subject, w), limit: limits[w.kind] })),
+      policy: policyHeader(
+        windows.map((w) => ({ kind: w.kind, limit: limits[w.kind], lengthSeconds: w.lengthSeconds })),
+      ),
+    };
+    if (this.plans.size >= MAX_PLANS) this.plans.clear();
+    this.plans.set(subject, plan);
+    return plan;
   }
 
   /** Used and left in each window, without counting anything (for `fastpaste keys usage`). */
