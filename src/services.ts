@@ -111,7 +111,7 @@ export async function createServices(storage: Storage, options: ServiceOptions =
   );
   outbox.onCommitted(() => webhookWorker.wake());
   const pastes = new PasteService(
-    new PasteRepository(storage.db, storage.dialect === 'sqlite', storage.sqlite),
+    new PasteRepository(storage.db, storage.dialect === 'sqlite', storage.sqlite, storage.pgPool),
     clock,
     outbox,
   );

@@ -560,6 +560,38 @@ describe('the expiry sweep', () => {
   });
 });
 
+describe('hot reads as prepared statements', () => {
+  it('keep answering when another instance adds a column to the pastes (its migration) under them', async () => {
+    const server = await startServer();
+    try {
+      const key = await server.createKey();
+      const created = await request(`${server.url}/api/v1/paste`, {
+        method: 'POST',
+        headers: { 'x-api-key': key },
+        json: { content: 'still here', language: 'text' },
+      });
+      const id = (created.body as { data: { paste_id: string } }).data.paste_id;
+      const readAll = async () => {
+        // Several of each, so that the connections that will answer next have the statements.
+        for (let i = 0; i < 5; i++) {
+          assert.equal(await (await fetch(`${server.url}/raw/${id}`)).text(), 'still here');
+          const detail = await request(`${server.url}/api/v1/paste/${id}`, { headers: { 'x-api-key': key } });
+          assert.equal(detail.status, 200, detail.text);
+          assert.equal(detail.body.data.content, 'still here');
+          const list = await request(`${server.url}/api/v1/pastes`, { headers: { 'x-api-key': key } });
+          assert.equal(list.status, 200, list.text);
+          assert.equal(list.body.data[0].paste_id, id);
+        }
+      };
+      await readAll();
+      await server.sql('ALTER TABLE pastes ADD COLUMN added_by_a_newer_instance integer');
+      await readAll();
+    } finally {
+      await server.close();
+    }
+  });
+});
+
 describe('view counts kept apart from the pastes', () => {
   it('a flush of thousands of pastes writes every count once, and reads during it never lose a view', async () => {
     const server = await startServer();

@@ -4,6 +4,7 @@
  */
 import type BetterSqlite3 from 'better-sqlite3';
 import { type Kysely, type Selectable, sql } from 'kysely';
+import type pg from 'pg';
 import type { Paste } from '../pastes/paste.js';
 import { preparedQuery } from './prepared-query.js';
 import type { Database, PasteTable } from './schema.js';
@@ -252,6 +253,9 @@ const SAMPLE: Paste = {
   creatorIp: 'i',
 };
 
+/** Every column of a paste, named (the hot reads run as named statements: prepared-query.ts). */
+const PASTE_COLUMNS = Object.keys(toRow(SAMPLE)) as Array<keyof PasteRow>;
+
 export class PasteRepository {
   private readonly findLiveQuery;
   private readonly liveContentQuery;
@@ -269,6 +273,7 @@ export class PasteRepository {
     private readonly db: Kysely<Database>,
     private readonly groupCommit = false,
     sqlite: BetterSqlite3.Database | null = null,
+    pgPool: pg.Pool | null = null,
   ) {
     this.findLiveQuery = preparedQuery(
       db,
@@ -276,11 +281,12 @@ export class PasteRepository {
       (id: string, now: number) =>
         db
           .selectFrom('pastes')
-          .selectAll('pastes')
+          .select(PASTE_COLUMNS)
           .select(VIEWS)
           .where('id', '=', id)
           .where((eb) => eb.or([eb('expires_at', 'is', null), eb('expires_at', '>', now)])),
       sqlite,
+      pgPool,
     );
     this.liveContentQuery = preparedQuery(
       db,
@@ -292,12 +298,14 @@ export class PasteRepository {
           .where('id', '=', id)
           .where((eb) => eb.or([eb('expires_at', 'is', null), eb('expires_at', '>', now)])),
       sqlite,
+      pgPool,
     );
     this.pageQuery = preparedQuery(
       db,
       ['string', 'number', 'number', 'number'],
       (owner: string, now: number, limit: number, offset: number) => this.pageSelect(owner, now, null, limit, offset),
       sqlite,
+      pgPool,
     );
     this.pageAfterQuery = preparedQuery(
       db,
@@ -305,6 +313,7 @@ export class PasteRepository {
       (owner: string, now: number, createdAt: number, id: string, limit: number, offset: number) =>
         this.pageSelect(owner, now, { createdAt, id }, limit, offset),
       sqlite,
+      pgPool,
     );
     if (sqlite) {
       // Kysely's SQL for the insert, compiled once; its parameters are the row's values in order.

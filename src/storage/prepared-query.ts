@@ -4,13 +4,20 @@
  * filled with the real value at run time. Saves the query building and compiling (tens of
  * microseconds) on the paths every read takes; the SQL is still Kysely's, for either dialect.
  *
+ * Given the PostgreSQL pool, the query runs on it as a named statement: each connection parses
+ * and plans it once, not on every run (Kysely sends it unnamed). The SQL must then name its
+ * columns (no `*`): a prepared statement whose row type changes (a column added by a newer
+ * instance's migration) fails instead of re-planning.
+ *
  * Given the SQLite handle, the statement is prepared once and run on it directly, without
  * Kysely's connection queue, except while a transaction is open on that connection (a group
  * commit between two of its statements): the read then waits its turn through Kysely, so it never
  * sees a row that is not committed yet.
  */
+import { createHash } from 'node:crypto';
 import type BetterSqlite3 from 'better-sqlite3';
 import type { Compilable, CompiledQuery, Kysely } from 'kysely';
+import type pg from 'pg';
 
 type Arg = string | number;
 
@@ -34,6 +41,7 @@ export function preparedQuery<A extends Arg[], R>(
   kinds: { [K in keyof A]: A[K] extends number ? 'number' : 'string' },
   build: (...args: A) => Compilable<R>,
   sqlite: BetterSqlite3.Database | null = null,
+  pgPool: pg.Pool | null = null,
 ): PreparedQuery<A, R> {
   const sentinels = (kinds as string[]).map((kind, i) =>
     kind === 'number' ? -7_000_000_000_001 - i : `\u0000sentinel${i}\u0000`,
@@ -43,6 +51,12 @@ export function preparedQuery<A extends Arg[], R>(
   for (let i = 0; i < sentinels.length; i++) {
     if (!slots.includes(i)) throw new Error(`preparedQuery: argument ${i} does not reach the SQL`);
   }
+  if (pgPool && /(\.\*|select \*|, \*)/i.test(compiled.sql)) {
+    throw new Error(`preparedQuery: name the columns of a named statement: ${compiled.sql}`);
+  }
+  const named = pgPool
+    ? { name: `fp_${createHash('sha256').update(compiled.sql).digest('hex').slice(0, 24)}`, text: compiled.sql }
+    : null;
   const statement = sqlite?.prepare(compiled.sql);
   // Rows come from SQLite as arrays and are made into objects here: better-sqlite3 building each
   // row object natively cost a third of a 20-row list query.
@@ -78,6 +92,7 @@ export function preparedQuery<A extends Arg[], R>(
   const query = async (...args: A): Promise<R[]> => {
     const rows = now(...args);
     if (rows) return rows;
+    if (pgPool && named) return (await pgPool.query({ ...named, values: parametersOf(args) })).rows as R[];
     const result = await db.executeQuery<R>({ ...compiled, parameters: parametersOf(args) } as CompiledQuery<R>);
     return result.rows;
   };
