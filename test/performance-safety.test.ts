@@ -15,6 +15,13 @@ import { fastpaste, startServerProcess } from './server-process.js';
 
 const sha256 = (text: string) => createHash('sha256').update(text).digest('hex');
 
+/** Creates a paste through the API with the key; returns its id. */
+async function createPaste(server: TestServer, key: string, json: Record<string, unknown>): Promise<string> {
+  const created = await request(`${server.url}/api/v1/paste`, { method: 'POST', headers: { 'x-api-key': key }, json });
+  assert.equal(created.status, 201, created.text);
+  return (created.body as { data: { paste_id: string } }).data.paste_id;
+}
+
 interface PlainRow {
   id: string;
   owner?: string | null;
@@ -407,12 +414,7 @@ describe('the fast lane', () => {
     await new Promise<void>((resolve) => front.listen(port, '127.0.0.1', resolve));
     try {
       const key = await server.createKey({ hourly: 100 });
-      const created = await request(`${server.url}/api/v1/paste`, {
-        method: 'POST',
-        headers: { 'x-api-key': key },
-        json: { content: 'counted once' },
-      });
-      const id = (created.body as { data: { paste_id: string } }).data.paste_id;
+      const id = await createPaste(server, key, { content: 'counted once' });
       const page = await fetch(`http://127.0.0.1:${port}/view/${id}`);
       assert.equal(page.status, 200);
       assert.match(await page.text(), /1 view</);
@@ -565,12 +567,7 @@ describe('hot reads as prepared statements', () => {
     const server = await startServer();
     try {
       const key = await server.createKey();
-      const created = await request(`${server.url}/api/v1/paste`, {
-        method: 'POST',
-        headers: { 'x-api-key': key },
-        json: { content: 'still here', language: 'text' },
-      });
-      const id = (created.body as { data: { paste_id: string } }).data.paste_id;
+      const id = await createPaste(server, key, { content: 'still here', language: 'text' });
       const readAll = async () => {
         // Several of each, so that the connections that will answer next have the statements.
         for (let i = 0; i < 5; i++) {
@@ -586,6 +583,31 @@ describe('hot reads as prepared statements', () => {
       await readAll();
       await server.sql('ALTER TABLE pastes ADD COLUMN added_by_a_newer_instance integer');
       await readAll();
+    } finally {
+      await server.close();
+    }
+  });
+
+  it('on PostgreSQL, reads stay answered when a column type change breaks the prepared statements', async (t) => {
+    const server = await startServer();
+    try {
+      if (server.services.storage.dialect !== 'postgres') {
+        t.skip('named statements are PostgreSQL only');
+        return;
+      }
+      const key = await server.createKey();
+      const id = await createPaste(server, key, { content: 'typed', title: 'a title' });
+      // Through the framework (a query string): the lane would hand a failed read on, hiding it.
+      const read = () => request(`${server.url}/api/v1/paste/${id}?via=framework`, { headers: { 'x-api-key': key } });
+      for (let i = 0; i < 5; i++) assert.equal((await read()).status, 200);
+      // The title's type changes under the prepared statements: their row type is no longer
+      // what they were planned with. Each read is still answered, and with the title.
+      await server.sql('ALTER TABLE pastes ALTER COLUMN title TYPE varchar(500)');
+      for (let i = 0; i < 30; i++) {
+        const res = await read();
+        assert.equal(res.status, 200, res.text);
+        assert.equal(res.body.data.title, 'a title');
+      }
     } finally {
       await server.close();
     }

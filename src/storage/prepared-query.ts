@@ -35,6 +35,38 @@ export interface PreparedQuery<A extends Arg[], R> {
   first(...args: A): R | null | undefined;
 }
 
+/** A `*` in a select list or RETURNING, however spaced, after DISTINCT or DISTINCT ON too. */
+const STAR = /(\.\*|\bselect\s+(distinct\s+(on\s*\([^)]*\)\s*)?)?\*|,\s*\*|\breturning\s+\*)/i;
+
+/**
+ * Runs a named statement on a client of the pool. The client goes back to the pool after an error
+ * the server answered (a statement timeout, a constraint), as Kysely returns it; it is closed
+ * after anything else (a connection lost, a client-side timeout). After the two errors that mean
+ * its prepared statement no longer stands (0A000: its row type changed under it, another
+ * instance's migration; 26000: it is gone), the client is closed and the query runs once more on
+ * another, which prepares it anew: the caller never sees those.
+ */
+async function runNamed<R>(
+  pool: pg.Pool,
+  named: { name: string; text: string },
+  values: unknown[],
+  retry = true,
+): Promise<R[]> {
+  const client = await pool.connect();
+  try {
+    const result = await client.query({ ...named, values });
+    client.release();
+    return result.rows as R[];
+  } catch (err) {
+    const code = (err as { code?: unknown }).code;
+    const stale = code === '0A000' || code === '26000';
+    const answered = typeof code === 'string' && code.length === 5 && !stale;
+    client.release(answered ? undefined : (err as Error));
+    if (stale && retry) return runNamed(pool, named, values, false);
+    throw err;
+  }
+}
+
 export function preparedQuery<A extends Arg[], R>(
   // biome-ignore lint/suspicious/noExplicitAny: any schema
   db: Kysely<any>,
@@ -51,7 +83,7 @@ export function preparedQuery<A extends Arg[], R>(
   for (let i = 0; i < sentinels.length; i++) {
     if (!slots.includes(i)) throw new Error(`preparedQuery: argument ${i} does not reach the SQL`);
   }
-  if (pgPool && /(\.\*|select \*|, \*)/i.test(compiled.sql)) {
+  if (pgPool && STAR.test(compiled.sql)) {
     throw new Error(`preparedQuery: name the columns of a named statement: ${compiled.sql}`);
   }
   const named = pgPool
@@ -92,7 +124,7 @@ export function preparedQuery<A extends Arg[], R>(
   const query = async (...args: A): Promise<R[]> => {
     const rows = now(...args);
     if (rows) return rows;
-    if (pgPool && named) return (await pgPool.query({ ...named, values: parametersOf(args) })).rows as R[];
+    if (pgPool && named) return runNamed<R>(pgPool, named, parametersOf(args));
     const result = await db.executeQuery<R>({ ...compiled, parameters: parametersOf(args) } as CompiledQuery<R>);
     return result.rows;
   };
