@@ -15,6 +15,23 @@ import { fastpaste, startServerProcess } from './server-process.js';
 
 const sha256 = (text: string) => createHash('sha256').update(text).digest('hex');
 
+/** Plain pastes `<prefix>00000`, `<prefix>00001`, … made now; returns their ids. */
+async function insertNumberedPastes(server: TestServer, prefix: string, count: number): Promise<string[]> {
+  const now = server.clock.read();
+  const ids = Array.from({ length: count }, (_, i) => `${prefix}${String(i).padStart(5, '0')}`);
+  await insertPastes(
+    server,
+    ids.map((id) => ({ id, createdAt: now })),
+  );
+  return ids;
+}
+
+/** The view counts written to the database, by paste id. */
+async function storedViews(server: TestServer): Promise<Map<string, number>> {
+  const rows = await server.sql<{ paste_id: string; views: number }>('SELECT paste_id, views FROM paste_views');
+  return new Map(rows.map((row) => [row.paste_id, Number(row.views)]));
+}
+
 /** Creates a paste through the API with the key; returns its id. */
 async function createPaste(server: TestServer, key: string, json: Record<string, unknown>): Promise<string> {
   const created = await request(`${server.url}/api/v1/paste`, { method: 'POST', headers: { 'x-api-key': key }, json });
@@ -618,12 +635,7 @@ describe('view counts kept apart from the pastes', () => {
   it('a flush of thousands of pastes writes every count once, and reads during it never lose a view', async () => {
     const server = await startServer();
     try {
-      const now = server.clock.read();
-      const ids = Array.from({ length: 2500 }, (_, i) => `V${String(i).padStart(5, '0')}`);
-      await insertPastes(
-        server,
-        ids.map((id) => ({ id, createdAt: now })),
-      );
+      const ids = await insertNumberedPastes(server, 'V', 2500);
       const views = server.services.pastes.views;
       // Paste i is seen 1 + i % 3 times; one id that is not a paste is seen too (not written).
       const expected = (i: number) => 1 + (i % 3);
@@ -631,10 +643,7 @@ describe('view counts kept apart from the pastes', () => {
         for (let n = 0; n < expected(i); n++) views.add(id);
       });
       views.add('not-a-paste');
-      const stored = async () => {
-        const rows = await server.sql<{ paste_id: string; views: number }>('SELECT paste_id, views FROM paste_views');
-        return new Map(rows.map((row) => [row.paste_id, Number(row.views)]));
-      };
+      const stored = () => storedViews(server);
       const flushing = views.flush();
       // While the flush goes on, written + not yet written is never less than the whole count;
       // on SQLite (a chunk's commit and its leaving the counter happen in one synchronous step)
@@ -675,12 +684,7 @@ describe('view counts kept apart from the pastes', () => {
     const first = await startServer();
     const second = await startServer({ databaseUrl: first.databaseUrl });
     try {
-      const now = first.clock.read();
-      const ids = Array.from({ length: 1000 }, (_, i) => `D${String(i).padStart(5, '0')}`);
-      await insertPastes(
-        first,
-        ids.map((id) => ({ id, createdAt: now })),
-      );
+      const ids = await insertNumberedPastes(first, 'D', 1000);
       const a = first.services.pastes.views;
       const b = second.services.pastes.views;
       const rounds = 8;
@@ -707,17 +711,9 @@ describe('view counts kept apart from the pastes', () => {
   it('flushes called while one runs wait their turn: each returns with every view counted before it written', async () => {
     const server = await startServer();
     try {
-      const now = server.clock.read();
-      const ids = Array.from({ length: 900 }, (_, i) => `W${String(i).padStart(5, '0')}`);
-      await insertPastes(
-        server,
-        ids.map((id) => ({ id, createdAt: now })),
-      );
+      const ids = await insertNumberedPastes(server, 'W', 900);
       const views = server.services.pastes.views;
-      const stored = async () => {
-        const rows = await server.sql<{ paste_id: string; views: number }>('SELECT paste_id, views FROM paste_views');
-        return new Map(rows.map((row) => [row.paste_id, Number(row.views)]));
-      };
+      const stored = () => storedViews(server);
       const seen = new Map<string, number>();
       const see = (from: number, to: number) => {
         for (const id of ids.slice(from, to)) {

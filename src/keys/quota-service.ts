@@ -61,18 +61,28 @@ function windowState(window: WindowPlan, limit: number, used: number, now: numbe
   };
 }
 
-/** The three windows of the current hour, worked out once an hour (they change only then). */
-let planned: { hourStart: number; hourEnd: number; windows: WindowPlan[] } | null = null;
+interface HourPlan {
+  hourStart: number;
+  hourEnd: number;
+  windows: WindowPlan[];
+}
 
-function windowsAt(now: number): WindowPlan[] {
-  if (planned && now >= planned.hourStart && now < planned.hourEnd) return planned.windows;
+/** The three windows of the current hour, worked out once an hour (they change only then). */
+let planned: HourPlan | null = null;
+
+function hourAt(now: number): HourPlan {
+  if (planned && now >= planned.hourStart && now < planned.hourEnd) return planned;
   const windows = WINDOW_KINDS.map((kind) => {
     const { start, end } = windowAt(kind, now);
     return { kind, start, end, lengthSeconds: (end - start) / 1000, label: windowLabel(start) };
   });
-  const hour = windowAt('hourly', now);
+  const hour = windows.find((w) => w.kind === 'hourly') as WindowPlan;
   planned = { hourStart: hour.start, hourEnd: hour.end, windows };
-  return windows;
+  return planned;
+}
+
+function windowsAt(now: number): WindowPlan[] {
+  return hourAt(now).windows;
 }
 
 /** RateLimit-Policy of D20: each limited window with its quota and length. */
@@ -191,11 +201,11 @@ export class QuotaService {
     ) {
       return kept;
     }
-    const windows = windowsAt(now).filter((w) => limits[w.kind] > 0);
-    const hour = windowAt('hourly', now);
+    const hour = hourAt(now);
+    const windows = hour.windows.filter((w) => limits[w.kind] > 0);
     const plan: SubjectPlan = {
-      hourStart: hour.start,
-      hourEnd: hour.end,
+      hourStart: hour.hourStart,
+      hourEnd: hour.hourEnd,
       limits: { hourly: limits.hourly, daily: limits.daily, monthly: limits.monthly },
       windows,
       counters: windows.map((w) => ({ key: counterKey(subject, w), limit: limits[w.kind] })),

@@ -54,7 +54,7 @@ async function runNamed<R>(
 ): Promise<R[]> {
   const client = await pool.connect();
   try {
-    const result = await client.query({ ...named, values });
+    const result = await client.query({ name: named.name, text: named.text, values });
     client.release();
     return result.rows as R[];
   } catch (err) {
@@ -87,7 +87,11 @@ export function preparedQuery<A extends Arg[], R>(
     throw new Error(`preparedQuery: name the columns of a named statement: ${compiled.sql}`);
   }
   const named = pgPool
-    ? { name: `fp_${createHash('sha256').update(compiled.sql).digest('hex').slice(0, 24)}`, text: compiled.sql }
+    ? {
+        pool: pgPool,
+        name: `fp_${createHash('sha256').update(compiled.sql).digest('hex').slice(0, 24)}`,
+        text: compiled.sql,
+      }
     : null;
   const statement = sqlite?.prepare(compiled.sql);
   // Rows come from SQLite as arrays and are made into objects here: better-sqlite3 building each
@@ -100,7 +104,8 @@ export function preparedQuery<A extends Arg[], R>(
         .map((column) => column.name)
     : [];
   // One object literal made from the column names, so that every row has the same shape from
-  // its first property on (a row built by keyed stores, one column at a time, cost 5–10 µs).
+  // its first property on (keyed stores, one column at a time: 1.15 µs for a paste's 21 columns,
+  // against 0.03 µs, measured alone).
   const toObject = new Function(
     'values',
     `return {${names.map((name, i) => `${JSON.stringify(name)}: values[${i}]`).join(', ')}};`,
@@ -124,7 +129,7 @@ export function preparedQuery<A extends Arg[], R>(
   const query = async (...args: A): Promise<R[]> => {
     const rows = now(...args);
     if (rows) return rows;
-    if (pgPool && named) return runNamed<R>(pgPool, named, parametersOf(args));
+    if (named) return runNamed<R>(named.pool, named, parametersOf(args));
     const result = await db.executeQuery<R>({ ...compiled, parameters: parametersOf(args) } as CompiledQuery<R>);
     return result.rows;
   };
