@@ -38,31 +38,38 @@ export interface PreparedQuery<A extends Arg[], R> {
 /** A `*` in a select list or RETURNING, however spaced, after DISTINCT or DISTINCT ON too. */
 const STAR = /(\.\*|\bselect\s+(distinct\s+(on\s*\([^)]*\)\s*)?)?\*|,\s*\*|\breturning\s+\*)/i;
 
+/** A named statement: `name` moves to a new generation when the prepared one stops standing. */
+interface Named {
+  pool: pg.Pool;
+  base: string;
+  generation: number;
+  name: string;
+  text: string;
+}
+
 /**
  * Runs a named statement on a client of the pool. The client goes back to the pool after an error
  * the server answered (a statement timeout, a constraint), as Kysely returns it; it is closed
- * after anything else (a connection lost, a client-side timeout). After the two errors that mean
- * its prepared statement no longer stands (0A000: its row type changed under it, another
- * instance's migration; 26000: it is gone), the client is closed and the query runs once more on
- * another, which prepares it anew: the caller never sees those.
+ * after anything else (a connection lost, a client-side timeout). The two errors that mean the
+ * prepared statement no longer stands (0A000: its row type changed under it, another instance's
+ * migration; 26000: it is gone) give the statement a new name, which every connection then
+ * prepares anew, and the query runs once more under it: the caller never sees those.
  */
-async function runNamed<R>(
-  pool: pg.Pool,
-  named: { name: string; text: string },
-  values: unknown[],
-  retry = true,
-): Promise<R[]> {
-  const client = await pool.connect();
+async function runNamed<R>(named: Named, values: unknown[], retry = true): Promise<R[]> {
+  const name = named.name;
+  const client = await named.pool.connect();
   try {
-    const result = await client.query({ name: named.name, text: named.text, values });
+    const result = await client.query({ name, text: named.text, values });
     client.release();
     return result.rows as R[];
   } catch (err) {
     const code = (err as { code?: unknown }).code;
-    const stale = code === '0A000' || code === '26000';
-    const answered = typeof code === 'string' && code.length === 5 && !stale;
+    const answered = typeof code === 'string' && code.length === 5;
     client.release(answered ? undefined : (err as Error));
-    if (stale && retry) return runNamed(pool, named, values, false);
+    if ((code === '0A000' || code === '26000') && retry) {
+      if (named.name === name) named.name = `${named.base}_${++named.generation}`;
+      return runNamed(named, values, false);
+    }
     throw err;
   }
 }
@@ -86,13 +93,8 @@ export function preparedQuery<A extends Arg[], R>(
   if (pgPool && STAR.test(compiled.sql)) {
     throw new Error(`preparedQuery: name the columns of a named statement: ${compiled.sql}`);
   }
-  const named = pgPool
-    ? {
-        pool: pgPool,
-        name: `fp_${createHash('sha256').update(compiled.sql).digest('hex').slice(0, 24)}`,
-        text: compiled.sql,
-      }
-    : null;
+  const base = `fp_${createHash('sha256').update(compiled.sql).digest('hex').slice(0, 24)}`;
+  const named: Named | null = pgPool ? { pool: pgPool, base, generation: 0, name: base, text: compiled.sql } : null;
   const statement = sqlite?.prepare(compiled.sql);
   // Rows come from SQLite as arrays and are made into objects here: better-sqlite3 building each
   // row object natively cost a third of a 20-row list query.
@@ -129,7 +131,7 @@ export function preparedQuery<A extends Arg[], R>(
   const query = async (...args: A): Promise<R[]> => {
     const rows = now(...args);
     if (rows) return rows;
-    if (named) return runNamed<R>(named.pool, named, parametersOf(args));
+    if (named) return runNamed<R>(named, parametersOf(args));
     const result = await db.executeQuery<R>({ ...compiled, parameters: parametersOf(args) } as CompiledQuery<R>);
     return result.rows;
   };
