@@ -2,15 +2,32 @@
  * View counts, added up in memory and written in one statement batch every second, so that a
  * read costs no database write. What a reader is shown counts the views not yet written (those
  * pending and those of the batch being written). On SQLite that is exact: a chunk's commit and
- * its leaving the batch are one synchronous step. On PostgreSQL a read that meets a flush may be
- * off by that second's views of the paste until the flush ends. A crash loses at most the last
- * second of counts; a burn (which must be exact) never goes through here.
+ * its leaving the batch are one synchronous step, and reads there run synchronously too. On
+ * PostgreSQL a read's query may have taken its snapshot before a chunk was committed and come
+ * back after the chunk left the batch: a reader takes mark() before its query and
+ * unwrittenSince() after it, and the counts of every chunk committed since the mark are added
+ * (kept for RECENT_MS after their commit). It may then count a chunk committed between the mark
+ * and the snapshot twice, never none: a read during a flush shows at least every view counted
+ * before it began. A crash loses at most the last second of counts; a burn (which must be exact)
+ * never goes through here.
  */
 import type { PasteRepository } from '../storage/paste-repository.js';
 import { ViewTable } from './view-table.js';
 
 /** Pastes whose views are written in one statement or transaction (under 1 ms). */
 const CHUNK = 250;
+
+/**
+ * How long the counts of a chunk written on PostgreSQL stay known to reads that began before its
+ * commit: longer than any read can take (the pool waits 3 s for a connection, a query 5 s).
+ */
+const RECENT_MS = 10_000;
+
+/** The counts one flush wrote on PostgreSQL, and when it last committed a chunk. */
+interface Written {
+  table: ViewTable;
+  lastCommit: number;
+}
 
 export class ViewCounter {
   /** Views counted since the last flush began (kept off the heap: see view-table.ts). */
@@ -21,6 +38,8 @@ export class ViewCounter {
   private flushing: Promise<void> | null = null;
   /** Moves whenever written counts may change (a flush starts or ends): see writtenEpoch. */
   private epoch = 0;
+  /** On PostgreSQL, the counts of the flushes of the last RECENT_MS, oldest first. */
+  private readonly recent: Written[] = [];
 
   constructor(
     private readonly pastes: PasteRepository,
@@ -37,6 +56,21 @@ export class ViewCounter {
   /** Views counted but not yet written. */
   unwritten(id: string): number {
     return this.pending.get(id) + this.writing.get(id);
+  }
+
+  /** The moment a read of written counts begins, for unwrittenSince. */
+  mark(): number {
+    return performance.now();
+  }
+
+  /**
+   * The views to add to a count read from the database by a read that began at `mark`: those not
+   * yet written, and (PostgreSQL) those written since the mark, which the read may have missed.
+   */
+  unwrittenSince(id: string, mark: number): number {
+    let n = this.pending.get(id) + this.writing.get(id);
+    for (const written of this.recent) if (written.lastCommit >= mark) n += written.table.get(id);
+    return n;
   }
 
   /**
@@ -87,13 +121,20 @@ export class ViewCounter {
    */
   private async write(batch: ViewTable): Promise<void> {
     const slots = batch.sortedSlots();
+    let written: Written | null = null;
     try {
       for (let i = 0; i < slots.length; i += CHUNK) {
         if (i > 0) await new Promise((resolve) => setImmediate(resolve));
         const end = Math.min(i + CHUNK, slots.length);
         const chunk: Array<[string, number]> = [];
         for (let j = i; j < end; j++) chunk.push([batch.idAt(slots[j] as number), batch.countAt(slots[j] as number)]);
-        if (!this.pastes.addViewsNow(chunk)) await this.pastes.addViews(chunk);
+        if (!this.pastes.addViewsNow(chunk)) {
+          await this.pastes.addViews(chunk);
+          // Committed, and read in the same step as the counts leave the batch (see the top).
+          written ??= this.writtenTable();
+          for (const [id, n] of chunk) written.table.add(id, n);
+          written.lastCommit = performance.now();
+        }
         for (let j = i; j < end; j++) batch.setCount(slots[j] as number, 0);
       }
     } catch {
@@ -104,5 +145,19 @@ export class ViewCounter {
       this.schedule();
     }
     batch.clear();
+  }
+
+  /** A table for the counts this flush writes on PostgreSQL: the oldest one when it is old enough. */
+  private writtenTable(): Written {
+    const oldest = this.recent[0];
+    const now = performance.now();
+    const written = oldest && oldest.lastCommit < now - RECENT_MS ? (this.recent.shift() as Written) : null;
+    if (written) written.table.clear();
+    // Any others as old are dropped, so a burst's tables do not stay for good.
+    while ((this.recent[0]?.lastCommit ?? now) < now - RECENT_MS) this.recent.shift();
+    const fresh = written ?? { table: new ViewTable(), lastCommit: now };
+    fresh.lastCommit = now;
+    this.recent.push(fresh);
+    return fresh;
   }
 }

@@ -184,6 +184,24 @@ const migrations: Record<string, Migration> = {
       }
     },
   },
+  '0007_views_tagged_with_paste': {
+    async up(db: Kysely<unknown>) {
+      // A count belongs to one paste, not to its id: a slug deleted and made again must start
+      // from no views even when a count of the old paste lands after its deletion (a flush of
+      // another instance on PostgreSQL, which read the old paste just before it went). Each row
+      // carries the created_at of the paste it counted; reads take it only where that matches.
+      await sql`DELETE FROM paste_views WHERE NOT EXISTS (SELECT 1 FROM pastes WHERE pastes.id = paste_views.paste_id)`.execute(
+        db,
+      );
+      await db.schema
+        .alterTable('paste_views')
+        .addColumn('created_at', 'bigint', (c) => c.notNull().defaultTo(0))
+        .execute();
+      await sql`UPDATE paste_views SET created_at = (SELECT created_at FROM pastes WHERE pastes.id = paste_views.paste_id)`.execute(
+        db,
+      );
+    },
+  },
 };
 
 // biome-ignore lint/suspicious/noExplicitAny: see migrateToLatest

@@ -73,6 +73,8 @@ export interface WebhookAttemptTable {
 export interface PasteViewsTable {
   paste_id: string;
   views: number;
+  /** The created_at of the paste counted: a paste made again under the id does not match. */
+  created_at: number;
 }
 
 export interface Database {
