@@ -846,6 +846,24 @@ describe('POST /api/v1/paste: custom slugs (D9)', () => {
     assert.equal(original.body.data.content, 'first owner of taken');
   });
 
+  it('creates of one slug at once: one gets it, every other a suffixed id, each paste with its own content', async () => {
+    const racers = Array.from({ length: 12 }, (_, i) => `racer ${i}`);
+    // A create ahead of them keeps a commit busy, so that the racers meet in the next one.
+    const [, ...created] = await Promise.all([
+      createJson(server, key, { content: 'ahead of the racers' }),
+      ...racers.map((content) => createJson(server, key, { content, slug: 'raced-slug' })),
+    ]);
+    const ids = created.map((r) => {
+      assert.equal(r.status, 201, r.text);
+      return r.body.data.paste_id as string;
+    });
+    assert.equal(ids.filter((id) => id === 'raced-slug').length, 1);
+    assert.equal(new Set(ids).size, racers.length);
+    for (const [i, id] of ids.entries()) {
+      assert.equal((await detail(server, key, id)).body.data.content, racers[i]);
+    }
+  });
+
   it('the message of a free slug does not claim it was taken', async () => {
     const r = await createJson(server, key, { content: 'fresh slug', slug: 'fresh-one' });
     assert.equal(r.body.data.paste_id, 'fresh-one');

@@ -252,6 +252,11 @@ async function insertRow(db: Kysely<Database>, paste: Paste): Promise<boolean> {
   return Number(result.numInsertedOrUpdatedRows ?? 0n) === 1;
 }
 
+/** At most this many pastes in one grouped commit on PostgreSQL (20 parameters each, of 65,535). */
+const GROUP_ROWS = 500;
+/** At most this much content (UTF-16 units) in one grouped commit on PostgreSQL. */
+const GROUP_BYTES = 8 * 1024 * 1024;
+
 /** A paste that fills every column, for compiling the insert once. */
 const SAMPLE: Paste = {
   id: 'sample',
@@ -389,16 +394,86 @@ export class PasteRepository {
 
   /**
    * Inserts the paste unless its id is taken; returns whether it was inserted. `alsoInTransaction`
-   * runs in the same transaction after a successful insert (the webhook outbox). On SQLite the
-   * inserts of concurrent requests are committed together in one transaction (group commit:
-   * one WAL commit for many pastes), and each caller hears back only after that commit.
+   * runs in the same transaction after a successful insert (the webhook outbox). The inserts of
+   * concurrent requests are committed together in one transaction (group commit: one WAL commit
+   * for many pastes; on PostgreSQL in turns, commitInTurns), and each caller hears back only
+   * after that commit.
    */
   insertIfFree(paste: Paste, alsoInTransaction?: InTransaction): Promise<boolean> {
-    if (!this.groupCommit) return this.insertAlone(paste, alsoInTransaction);
     return new Promise((resolve, reject) => {
       this.pending.push({ paste, also: alsoInTransaction, resolve, reject });
-      if (this.pending.length === 1) setImmediate(() => void this.commitPending());
+      if (this.groupCommit) {
+        if (this.pending.length === 1) setImmediate(() => void this.commitPending());
+      } else if (!this.committing) {
+        this.committing = true;
+        setImmediate(() => void this.commitInTurns());
+      }
     });
+  }
+
+  /** On PostgreSQL, whether a turn of commitInTurns is running. */
+  private committing = false;
+
+  /**
+   * On PostgreSQL, group commit in turns: one transaction at a time takes what is pending, so the
+   * inserts of concurrent requests share one commit (one WAL flush, one round of BEGIN/COMMIT),
+   * and requests arriving meanwhile wait for the next turn. A turn holds at most GROUP_ROWS
+   * pastes and GROUP_BYTES of content (a larger paste goes alone), and one paste per id: which of
+   * two inserts of one id took it must be known, so the second waits for the next turn.
+   */
+  private async commitInTurns(): Promise<void> {
+    while (this.pending.length > 0) {
+      const batch: PendingInsert[] = [];
+      const later: PendingInsert[] = [];
+      const ids = new Set<string>();
+      let bytes = 0;
+      for (const item of this.pending) {
+        const size = item.paste.content.length;
+        const full = batch.length >= GROUP_ROWS || (batch.length > 0 && bytes + size > GROUP_BYTES);
+        if (full || ids.has(item.paste.id)) {
+          later.push(item);
+          continue;
+        }
+        batch.push(item);
+        ids.add(item.paste.id);
+        bytes += size;
+      }
+      this.pending = later;
+      // In id order: two instances inserting the same ids (slugs) then lock them in one order.
+      batch.sort((a, b) => (a.paste.id < b.paste.id ? -1 : a.paste.id > b.paste.id ? 1 : 0));
+      await this.commitTogether(batch);
+    }
+    this.committing = false;
+  }
+
+  /** One turn of commitInTurns: the batch in one transaction (one multi-row insert); never throws. */
+  private async commitTogether(batch: PendingInsert[]): Promise<void> {
+    if (batch.length === 1) {
+      const [only] = batch as [PendingInsert];
+      await this.insertAlone(only.paste, only.also).then(only.resolve, only.reject);
+      return;
+    }
+    let results: boolean[];
+    try {
+      results = await this.db.transaction().execute(async (trx) => {
+        const rows = await trx
+          .insertInto('pastes')
+          .values(batch.map((item) => toRow(item.paste)))
+          .onConflict((oc) => oc.column('id').doNothing())
+          .returning('id')
+          .execute();
+        const inserted = new Set(rows.map((row) => row.id));
+        const flags = batch.map((item) => inserted.has(item.paste.id));
+        for (const [i, item] of batch.entries()) if (flags[i] && item.also) await item.also(trx);
+        return flags;
+      });
+    } catch {
+      // One insert failed and took the batch with it: each is tried again on its own, so one
+      // bad request never fails the others.
+      for (const item of batch) this.insertAlone(item.paste, item.also).then(item.resolve, item.reject);
+      return;
+    }
+    for (const [i, item] of batch.entries()) item.resolve(results[i] as boolean);
   }
 
   private async insertAlone(paste: Paste, also?: InTransaction): Promise<boolean> {
