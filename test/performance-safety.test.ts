@@ -10,6 +10,8 @@ import { describe, it } from 'node:test';
 import pg from 'pg';
 import { pino } from 'pino';
 import { FastLane, serverWithFastLane } from '../src/http/fast-lane.js';
+import type { Paste } from '../src/pastes/paste.js';
+import { migrateToLatest } from '../src/storage/migrations.js';
 import type { PasteRepository } from '../src/storage/paste-repository.js';
 import { freePort, freshDatabase, request, startServer, type TestServer } from './helpers.js';
 import { fastpaste, startServerProcess } from './server-process.js';
@@ -109,6 +111,53 @@ describe('group commit', () => {
       }
     } finally {
       await db.drop();
+    }
+  });
+});
+
+describe('group commit, one insert refused', () => {
+  it('an insert of a group that the database refuses fails alone; the others are committed', async () => {
+    const server = await startServer();
+    try {
+      const repository = (server.services.pastes as unknown as { pastes: PasteRepository }).pastes;
+      const paste = (id: string, ownerKeyId: string | null): Paste => ({
+        id,
+        ownerKeyId,
+        title: null,
+        description: null,
+        content: `content of ${id}`,
+        contentType: 'text',
+        originalFilename: null,
+        language: null,
+        fileSize: 1,
+        sha256: 'a'.repeat(64),
+        createdAt: server.clock.read(),
+        expiresAt: null,
+        viewCount: 0,
+        burnAfterRead: false,
+        encrypted: false,
+        downloadable: true,
+        public: false,
+        passwordHash: null,
+        source: 'api',
+        creatorIp: null,
+      });
+      // Queued in one turn of the event loop, so committed as one group; the owner of G04 is no
+      // key (a foreign key the database enforces), which takes the group's statement down.
+      const outcomes = await Promise.allSettled(
+        Array.from({ length: 8 }, (_, i) => repository.insertIfFree(paste(`G0${i}`, i === 4 ? 'no-such-key' : null))),
+      );
+      outcomes.forEach((outcome, i) => {
+        if (i === 4) assert.equal(outcome.status, 'rejected');
+        else assert.deepEqual(outcome, { status: 'fulfilled', value: true }, `G0${i}`);
+      });
+      const rows = await server.sql<{ id: string }>("SELECT id FROM pastes WHERE id LIKE 'G0%' ORDER BY id");
+      assert.deepEqual(
+        rows.map((row) => row.id),
+        ['G00', 'G01', 'G02', 'G03', 'G05', 'G06', 'G07'],
+      );
+    } finally {
+      await server.close();
     }
   });
 });
@@ -868,6 +917,46 @@ describe('view counts kept apart from the pastes', () => {
       assert.equal((await storedViews(server)).get(id), 6);
       // Once the flush is over, a read counts each view once.
       assert.equal((await server.services.pastes.peek(id)).viewCount, 6);
+    } finally {
+      await server.close();
+    }
+  });
+
+  it('a count row written by an instance not yet upgraded (created_at 0) counts for its paste and is added to', async () => {
+    const server = await startServer();
+    try {
+      const key = await server.createKey();
+      const id = await createPaste(server, key, { content: 'counted by an old instance' });
+      // What the code before migration 0007 writes: no created_at, so the column's default.
+      await server.sql(`INSERT INTO paste_views (paste_id, views) VALUES ('${id}', 4)`);
+      const read = await request(`${server.url}/api/v1/paste/${id}`, { headers: { 'x-api-key': key } });
+      assert.equal(read.body.data.view_count, 5);
+      await server.services.pastes.views.flush();
+      const [row] = await server.sql<{ views: number; created_at: number }>(
+        `SELECT views, created_at FROM paste_views WHERE paste_id = '${id}'`,
+      );
+      assert.equal(Number(row?.views), 5);
+      assert.notEqual(Number(row?.created_at), 0, 'the row is tagged with its paste once written again');
+    } finally {
+      await server.close();
+    }
+  });
+
+  it('migration 0007 runs again over a table that has its column already (a crash after its ALTER)', async () => {
+    const server = await startServer();
+    try {
+      const key = await server.createKey();
+      const id = await createPaste(server, key, { content: 'kept through the migration' });
+      for (let i = 0; i < 2; i++) assert.equal((await request(`${server.url}/raw/${id}`)).status, 200);
+      await server.services.pastes.views.flush();
+      await server.sql('UPDATE paste_views SET created_at = 0');
+      await server.sql("DELETE FROM kysely_migration WHERE name = '0007_views_tagged_with_paste'");
+      assert.deepEqual(await migrateToLatest(server.services.storage.db), ['0007_views_tagged_with_paste']);
+      const [row] = await server.sql<{ views: number; created_at: number }>(
+        `SELECT views, created_at FROM paste_views WHERE paste_id = '${id}'`,
+      );
+      assert.equal(Number(row?.views), 2);
+      assert.equal(Number(row?.created_at), server.clock.read());
     } finally {
       await server.close();
     }

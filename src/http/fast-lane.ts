@@ -144,9 +144,7 @@ export class FastLane {
     const quotaHeaders = this.deps.quota.consumeNow(subject, key.limits);
     if (quotaHeaders) return this.sendDetail(req, res, paste.id, body, started, quotaHeaders);
     return this.deps.quota.consume(subject, key.limits).then(
-      // Views may have been counted while the quota store answered: the count is read again (the
-      // answer built before stands if that throws, the quota being counted by then).
-      (counted) => this.sendDetail(req, res, paste.id, this.detailBodyOr(paste, body), started, counted),
+      (counted) => this.sendDetail(req, res, paste.id, body, started, counted),
       () => false, // a 429 (its count given back) or a store down: Fastify answers it
     );
   }
@@ -155,14 +153,6 @@ export class FastLane {
   private detailBody(paste: Paste): string {
     const read = this.deps.pastes.readOf(paste);
     return JSON.stringify({ error: false, data: this.deps.presenter.detail(read.paste, read.burned) });
-  }
-
-  private detailBodyOr(paste: Paste, built: string): string {
-    try {
-      return this.detailBody(paste);
-    } catch {
-      return built;
-    }
   }
 
   private sendDetail(

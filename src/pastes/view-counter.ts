@@ -6,9 +6,9 @@
  * PostgreSQL a read's query may have taken its snapshot before a chunk was committed and come
  * back after the chunk left the batch: a reader takes mark() before its query and
  * unwrittenSince() after it, and the counts of every chunk committed since the mark are added
- * (kept for RECENT_MS after their commit). It may then count a chunk committed between the mark
- * and the snapshot twice, never none: a read during a flush shows at least every view counted
- * before it began. A crash loses at most the last second of counts; a burn (which must be exact)
+ * (kept for RECENT_MS after their commit). It may then count views twice (those of every chunk
+ * of a flush that committed a chunk after the mark, up to that second's views), never miss one: a
+ * read during a flush shows at least every view counted before it began. A crash loses at most the last second of counts; a burn (which must be exact)
  * never goes through here.
  */
 import type { PasteRepository } from '../storage/paste-repository.js';
@@ -130,10 +130,13 @@ export class ViewCounter {
         for (let j = i; j < end; j++) chunk.push([batch.idAt(slots[j] as number), batch.countAt(slots[j] as number)]);
         if (!this.pastes.addViewsNow(chunk)) {
           await this.pastes.addViews(chunk);
-          // Committed, and read in the same step as the counts leave the batch (see the top).
-          written ??= this.writtenTable();
-          for (const [id, n] of chunk) written.table.add(id, n);
-          written.lastCommit = performance.now();
+          // Committed: kept for reads begun before, in the same step as the counts leave the
+          // batch (see the top). Not on SQLite, whose reads never straddle a commit.
+          if (!this.pastes.soleWriter) {
+            written ??= this.writtenTable();
+            for (const [id, n] of chunk) written.table.add(id, n);
+            written.lastCommit = performance.now();
+          }
         }
         for (let j = i; j < end; j++) batch.setCount(slots[j] as number, 0);
       }

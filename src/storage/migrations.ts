@@ -189,15 +189,21 @@ const migrations: Record<string, Migration> = {
       // A count belongs to one paste, not to its id: a slug deleted and made again must start
       // from no views even when a count of the old paste lands after its deletion (a flush of
       // another instance on PostgreSQL, which read the old paste just before it went). Each row
-      // carries the created_at of the paste it counted; reads take it only where that matches.
-      await sql`DELETE FROM paste_views WHERE NOT EXISTS (SELECT 1 FROM pastes WHERE pastes.id = paste_views.paste_id)`.execute(
+      // carries the created_at of the paste it counted; reads take it only where that matches
+      // (or is 0: written by an instance not yet running this code, during a rolling upgrade).
+      // On SQLite migrations are not transactions: a crash after the ALTER must not make every
+      // later start fail on a duplicate column.
+      if (!(await columnsOf(db, 'paste_views')).includes('created_at')) {
+        await db.schema
+          .alterTable('paste_views')
+          .addColumn('created_at', 'bigint', (c) => c.notNull().defaultTo(0))
+          .execute();
+      }
+      await sql`UPDATE paste_views SET created_at = pastes.created_at FROM pastes WHERE pastes.id = paste_views.paste_id`.execute(
         db,
       );
-      await db.schema
-        .alterTable('paste_views')
-        .addColumn('created_at', 'bigint', (c) => c.notNull().defaultTo(0))
-        .execute();
-      await sql`UPDATE paste_views SET created_at = (SELECT created_at FROM pastes WHERE pastes.id = paste_views.paste_id)`.execute(
+      // Counts of pastes gone (left by a flush that met a deletion) would match a new paste.
+      await sql`DELETE FROM paste_views WHERE created_at = 0 AND NOT EXISTS (SELECT 1 FROM pastes WHERE pastes.id = paste_views.paste_id)`.execute(
         db,
       );
     },
@@ -212,6 +218,17 @@ async function currentSchema(db: Kysely<any>): Promise<string | null> {
   } catch {
     return null; // SQLite has no schemas
   }
+}
+
+/** The column names of a table (of the current schema on PostgreSQL). */
+// biome-ignore lint/suspicious/noExplicitAny: see migrateToLatest
+async function columnsOf(db: Kysely<any>, table: string): Promise<string[]> {
+  const schema = await currentSchema(db);
+  const result = schema
+    ? await sql<{ name: string }>`SELECT column_name AS name FROM information_schema.columns
+        WHERE table_schema = ${schema} AND table_name = ${table}`.execute(db)
+    : await sql<{ name: string }>`SELECT name FROM pragma_table_info(${table})`.execute(db);
+  return result.rows.map((row) => row.name);
 }
 
 class CompiledMigrations implements MigrationProvider {

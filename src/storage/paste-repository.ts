@@ -6,7 +6,7 @@ import type BetterSqlite3 from 'better-sqlite3';
 import { type Kysely, type Selectable, sql } from 'kysely';
 import type pg from 'pg';
 import type { Paste } from '../pastes/paste.js';
-import { preparedQuery } from './prepared-query.js';
+import { answeredByServer, preparedQuery } from './prepared-query.js';
 import type { Database, PasteTable } from './schema.js';
 
 type PasteRow = Selectable<PasteTable>;
@@ -161,7 +161,7 @@ function toListItem(
 
 /** The views of a paste counted in paste_views, as a column of a query on pastes. */
 const VIEWS =
-  sql<number>`COALESCE((SELECT views FROM paste_views WHERE paste_views.paste_id = pastes.id AND paste_views.created_at = pastes.created_at), 0)`.as(
+  sql<number>`COALESCE((SELECT views FROM paste_views WHERE paste_views.paste_id = pastes.id AND paste_views.created_at IN (pastes.created_at, 0)), 0)`.as(
     'extra_views',
   );
 
@@ -186,12 +186,17 @@ export interface LiveContent {
 }
 
 /**
- * An upsert's update of a count: added to the row when it counts the same paste (same
- * created_at), else the row is taken over (it counted a paste deleted since under the same id).
+ * An upsert's update of a count. Added to the row when it counts the same paste (same created_at;
+ * 0 is a row written by an instance still running code from before migration 0007, taken as
+ * the same). A row of an older paste under the id (deleted since) is taken over; a count of an
+ * older paste arriving late (a flush that read it just before its deletion) leaves a newer
+ * paste's row as it is.
  */
-const ADD_TO_SAME_PASTE = sql`views = CASE WHEN paste_views.created_at = excluded.created_at
-    THEN paste_views.views + excluded.views ELSE excluded.views END,
-  created_at = excluded.created_at`;
+const ADD_TO_SAME_PASTE = sql`views = CASE
+    WHEN paste_views.created_at = excluded.created_at OR paste_views.created_at = 0 THEN paste_views.views + excluded.views
+    WHEN paste_views.created_at < excluded.created_at THEN excluded.views
+    ELSE paste_views.views END,
+  created_at = CASE WHEN paste_views.created_at < excluded.created_at THEN excluded.created_at ELSE paste_views.created_at END`;
 
 /**
  * A chunk of view counts added in one statement, on SQLite: the chunk as a JSON array of
@@ -474,9 +479,15 @@ export class PasteRepository {
             return flags;
           })
         : await insertAll(this.db);
-    } catch {
-      // One insert failed and took the batch with it: each is tried again on its own, so one
-      // bad request never fails the others.
+    } catch (err) {
+      // A connection lost or a client-side timeout: the batch may have been committed, and an
+      // insert tried again would find its own row and take another id. Each caller hears the error.
+      if (!answeredByServer(err)) {
+        for (const item of batch) item.reject(err);
+        return;
+      }
+      // One insert failed and took the batch with it (nothing of it stored): each is tried again
+      // on its own, so one bad request never fails the others.
       for (const item of batch) this.insertAlone(item.paste, item.also).then(item.resolve, item.reject);
       return;
     }

@@ -48,6 +48,16 @@ interface Named {
 }
 
 /**
+ * Whether PostgreSQL answered the statement with an error (a SQLSTATE: a constraint, a timeout of
+ * its own), so that it is known to have done nothing; not a connection lost or a client-side
+ * timeout, after which a write may or may not have been committed.
+ */
+export function answeredByServer(err: unknown): boolean {
+  const code = (err as { code?: unknown } | null)?.code;
+  return typeof code === 'string' && code.length === 5;
+}
+
+/**
  * Runs a named statement on a client of the pool. The client goes back to the pool after an error
  * the server answered (a statement timeout, a constraint), as Kysely returns it; it is closed
  * after anything else (a connection lost, a client-side timeout). The two errors that mean the
@@ -64,8 +74,7 @@ async function runNamed<R>(named: Named, values: unknown[], retry = true): Promi
     return result.rows as R[];
   } catch (err) {
     const code = (err as { code?: unknown }).code;
-    const answered = typeof code === 'string' && code.length === 5;
-    client.release(answered ? undefined : (err as Error));
+    client.release(answeredByServer(err) ? undefined : (err as Error));
     if ((code === '0A000' || code === '26000') && retry) {
       if (named.name === name) named.name = `${named.base}_${++named.generation}`;
       return runNamed(named, values, false);
