@@ -241,6 +241,17 @@ export async function request(
   return { status: response.status, headers: response.headers, body: parsed, text };
 }
 
+/** Creates a paste through `POST /api/v1/paste` with the key; returns its id (throws unless 201). */
+export async function createPaste(
+  server: { url: string },
+  key: string,
+  json: Record<string, unknown>,
+): Promise<string> {
+  const created = await request(`${server.url}/api/v1/paste`, { method: 'POST', headers: { 'x-api-key': key }, json });
+  if (created.status !== 201) throw new Error(`POST /api/v1/paste: ${created.status} ${created.text}`);
+  return created.body.data.paste_id as string;
+}
+
 /** Asserts the D7 error envelope and returns it. */
 export function expectError(
   result: { status: number; body: any },
