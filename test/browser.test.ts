@@ -276,25 +276,55 @@ describe('pages in a real browser', {
     assert.equal((await request(`${server.url}/raw/${id}`)).status, 404);
   });
 
-  it('a view-once E2E paste: after the confirmation the key still decrypts it in the page', async () => {
+  it('a view-once E2E paste: the confirmation keeps the #fragment, so the page decrypts at once', async () => {
     const secretWord = token('view-once-e2e');
     const { id, key } = await encryptedPaste(`${secretWord} once`, { burn: true });
     const since = received.length;
     const { page, seen } = await openPage();
     await page.goto(`${server.url}/view/${id}#${key}`);
+    assert.equal(await page.textContent('h1'), 'View once');
     assert.equal(await rowCount(id), 1, 'the gate consumed the paste');
-    await Promise.all([page.waitForNavigation(), page.getByRole('button', { name: 'Show and delete' }).click()]);
+    const [shown] = await Promise.all([
+      page.waitForNavigation(),
+      page.getByRole('button', { name: 'Show and delete' }).click(),
+    ]);
+    assert.equal(shown?.request().method(), 'POST');
     assert.equal(await rowCount(id), 0);
-    // The gate's form posts to /view/<id> (no fragment), so today the key does not survive the
-    // confirmation and the page asks for it; a gate that kept the fragment would decrypt at once.
-    if (new URL(page.url()).hash === '') {
-      assert.equal(await settledStatus(page), 'This paste is encrypted end to end. Enter its key to read it.');
-      await page.fill('#e2e-key', key);
-      await page.click('#e2e-key-form button');
-    }
+    // The gate's script (/static/gate.js) added the fragment to the form's action: the browser
+    // keeps it in the address of the answer and sends only what precedes it.
+    assert.equal(new URL(page.url()).hash, `#${key}`, 'the key did not survive the confirmation');
     assert.equal(await decrypted(page), `${secretWord} once`);
+    assert.equal(await page.textContent('#e2e-status'), 'Decrypted in your browser.');
+    assert.equal(await page.isVisible('#e2e-key-form'), false, 'the page asked for the key');
+    assert.equal(await page.inputValue('#e2e-key'), '', 'a key was typed');
     await assertNeverSent(seen, since, key);
     assert.deepEqual([...seen.problems, ...seen.violations], []);
+  });
+
+  it('a password-protected E2E paste keeps its #fragment through a wrong password and the right one', async () => {
+    const secretWord = token('protected-e2e');
+    const { id, key } = await encryptedPaste(`${secretWord} locked`, { password: 'pw-right' });
+    const since = received.length;
+    const { page, seen } = await openPage();
+    await page.goto(`${server.url}/view/${id}#${key}`);
+    assert.equal(await page.textContent('h1'), 'Password required');
+    for (const [password, status] of [
+      ['pw-wrong', 403],
+      ['pw-right', 200],
+    ] as const) {
+      await page.fill('input[name=password]', password);
+      const [answer] = await Promise.all([
+        page.waitForNavigation(),
+        page.getByRole('button', { name: 'Show' }).click(),
+      ]);
+      assert.equal(answer?.status(), status, password);
+      assert.equal(new URL(page.url()).hash, `#${key}`, `the key was lost after ${password}`);
+    }
+    assert.equal(await decrypted(page), `${secretWord} locked`);
+    await assertNeverSent(seen, since, key);
+    // The wrong password's 403 (the answer, and the console's note of it) is all that went wrong.
+    const others = seen.problems.filter((p) => !/\b403\b/.test(p) || !p.includes(`${server.url}/view/${id}`));
+    assert.deepEqual([...others, ...seen.violations], []);
   });
 
   it('a highlighted page renders under its CSP with no console error; an inline script is refused', async () => {

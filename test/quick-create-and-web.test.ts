@@ -508,6 +508,8 @@ describe('quick-create, web pages and HTTP rules', () => {
         assert.ok(!textOf(page.text).includes(content), 'GET /view delivered a view-once paste');
         assert.match(page.text, /<form[^>]*method="post"/i);
         assert.ok(page.text.includes('name="confirm"'));
+        // The script that keeps an E2E key (the #fragment) through the confirmation.
+        assert.match(page.text, /<script src="\/static\/gate\.js"><\/script>/);
       }
       const head = await fetch(`${server.url}/view/${id}`, { method: 'HEAD' });
       assert.equal(head.status, 200);
@@ -611,11 +613,13 @@ describe('quick-create, web pages and HTTP rules', () => {
       assert.ok(row && !Object.values(row).some((v) => typeof v === 'string' && v.includes(e2eKey)), 'key stored');
     });
 
-    it('serves /static/view.js and /static/style.css', async () => {
-      const js = await request(`${server.url}/static/view.js`);
-      assert.equal(js.status, 200);
-      assert.match(js.headers.get('content-type') ?? '', /javascript/);
-      assert.equal(js.text, readFileSync(new URL('../src/http/web/static/view.js', import.meta.url), 'utf8'));
+    it('serves /static/view.js, /static/gate.js and /static/style.css', async () => {
+      for (const name of ['view.js', 'gate.js']) {
+        const js = await request(`${server.url}/static/${name}`);
+        assert.equal(js.status, 200, name);
+        assert.match(js.headers.get('content-type') ?? '', /javascript/);
+        assert.equal(js.text, readFileSync(new URL(`../src/http/web/static/${name}`, import.meta.url), 'utf8'));
+      }
       const css = await request(`${server.url}/static/style.css`);
       assert.equal(css.status, 200);
       assert.match(css.headers.get('content-type') ?? '', /^text\/css/);

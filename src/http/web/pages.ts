@@ -134,7 +134,8 @@ ${body}`,
 
 /**
  * The gate before content that must not be delivered by a mere GET (D11, D13): a view-once
- * paste asks for confirmation, a protected one for its password, always by POST.
+ * paste asks for confirmation, a protected one for its password, always by POST. gate.js adds
+ * the address's #fragment (an E2E paste's key) to the form's action as it is sent.
  */
 export function gatePage(paste: Paste, options: { error?: string }): string {
   const needsPassword = paste.passwordHash !== null;
@@ -150,11 +151,12 @@ export function gatePage(paste: Paste, options: { error?: string }): string {
     title,
     `<h1>${title}</h1>
 ${burnNote}${error}
-<form method="post" action="/view/${escapeHtml(paste.id)}">
+<form id="gate-form" method="post" action="/view/${escapeHtml(paste.id)}">
 <input type="hidden" name="confirm" value="1">
 ${passwordField}
 <button type="submit">${paste.burnAfterRead ? 'Show and delete' : 'Show'}</button>
-</form>`,
+</form>
+<script src="/static/gate.js"></script>`,
   );
 }
 

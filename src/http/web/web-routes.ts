@@ -27,6 +27,10 @@ const STATIC_FILES: Record<string, { type: string; body: Buffer }> = {
     type: 'text/javascript; charset=utf-8',
     body: readFileSync(new URL('./static/view.js', import.meta.url)),
   },
+  'gate.js': {
+    type: 'text/javascript; charset=utf-8',
+    body: readFileSync(new URL('./static/gate.js', import.meta.url)),
+  },
   'style.css': {
     type: 'text/css; charset=utf-8',
     body: readFileSync(new URL('./static/style.css', import.meta.url)),
