@@ -232,14 +232,24 @@ describe('pages in a real browser', {
     }
   });
 
-  it('a fragment that is not valid percent-encoding shows the wrong-key message and the key form', {
-    todo: 'view.js calls decodeURIComponent outside its try: a URIError leaves "Decrypting…" and no form',
-  }, async () => {
-    const { id, key } = await encryptedPaste(`${token('malformed')} body`);
-    const { page } = await openPage();
-    await page.goto(`${server.url}/view/${id}#%E0${key}`);
-    assert.equal(await settledStatus(page, 1_000), 'This key does not decrypt the paste.');
-    assert.equal(await page.isVisible('#e2e-key-form'), true);
+  it('a fragment that is not valid percent-encoding shows the wrong-key message and the key form', async () => {
+    const secretWord = token('malformed');
+    const { id, key } = await encryptedPaste(`${secretWord} body`);
+    for (const fragment of ['#%E0%A4%A', `#%E0${key}`, '#%']) {
+      const since = received.length;
+      const { page, seen } = await openPage();
+      await page.goto(`${server.url}/view/${id}${fragment}`);
+      assert.equal(await settledStatus(page, 1_000), 'This key does not decrypt the paste.', fragment);
+      assert.equal(await page.isVisible('#e2e-key-form'), true, `no key form for ${fragment}`);
+      assert.equal(await page.textContent('#plaintext'), '');
+      // The form still works, and the page threw nothing on the way.
+      await page.fill('#e2e-key', key);
+      await page.click('#e2e-key-form button');
+      assert.equal(await decrypted(page), `${secretWord} body`);
+      await assertNeverSent(seen, since, key);
+      assert.deepEqual([...seen.problems, ...seen.violations], [], fragment);
+      await page.close();
+    }
   });
 
   it('a view-once paste: the page asks first, a load burns nothing; the confirmation shows it once', async () => {

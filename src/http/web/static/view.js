@@ -24,9 +24,11 @@
     return new TextDecoder().decode(plain);
   }
 
-  async function show(keyText) {
+  // readKey runs inside the try: a fragment that is not valid percent-encoding (#%E0%A4%A) makes
+  // decodeURIComponent throw, which is a key that does not decrypt like any other.
+  async function show(readKey) {
     try {
-      output.textContent = await decrypt(keyText);
+      output.textContent = await decrypt(readKey());
       status.textContent = 'Decrypted in your browser.';
       form.hidden = true;
     } catch {
@@ -37,10 +39,10 @@
 
   form.addEventListener('submit', (event) => {
     event.preventDefault();
-    show(keyInput.value.trim());
+    show(() => keyInput.value.trim());
   });
-  const fragment = decodeURIComponent(location.hash.slice(1));
-  if (fragment) show(fragment);
+  const fragment = location.hash.slice(1);
+  if (fragment) show(() => decodeURIComponent(fragment));
   else {
     status.textContent = 'This paste is encrypted end to end. Enter its key to read it.';
     form.hidden = false;
