@@ -4,9 +4,19 @@
 // path, size and modification time names the build, so an edited source is rebuilt on the next
 // start (about half a second) and processes starting together share one build.
 import { createHash } from 'node:crypto';
-import { cpSync, existsSync, mkdirSync, readdirSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import {
+  cpSync,
+  existsSync,
+  mkdirSync,
+  readdirSync,
+  readFileSync,
+  renameSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from 'node:fs';
 import { dirname, join, relative } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
 const SRC = join(ROOT, 'src');
@@ -31,6 +41,9 @@ export async function ensureBuilt() {
     const stat = statSync(file);
     digest.update(`${relative(ROOT, file)}\0${stat.size}\0${stat.mtimeMs}\n`);
   }
+  // The browser's highlight.js is bundled from the installed package (below).
+  const highlightJs = join(ROOT, 'node_modules', 'highlight.js', 'package.json');
+  if (existsSync(highlightJs)) digest.update(readFileSync(highlightJs));
   const name = digest.digest('hex').slice(0, 16);
   const target = join(BUILDS, name);
   if (existsSync(join(target, 'complete'))) return target;
@@ -53,6 +66,12 @@ export async function ensureBuilt() {
     }
     // ESM resolution of packages walks up from the build to the project's node_modules.
     writeFileSync(join(scratch, 'package.json'), '{ "type": "module" }\n');
+    // highlight.js for the browser (served as /static/highlight.js), made by the compiled module.
+    const web = join(scratch, 'src', 'http', 'web');
+    const { BROWSER_HIGHLIGHTER, bundleBrowserHighlighter } = await import(
+      pathToFileURL(join(web, 'browser-highlighter.js')).href
+    );
+    writeFileSync(join(web, 'static', BROWSER_HIGHLIGHTER), await bundleBrowserHighlighter());
     writeFileSync(join(scratch, 'complete'), `${new Date().toISOString()}\n`);
     renameSync(scratch, target);
   } catch (err) {

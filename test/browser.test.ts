@@ -1,9 +1,10 @@
 /**
  * The pages in a real browser (Debian's Chromium driven by playwright-core): an end-to-end
  * encrypted paste decrypted by /static/view.js with the key from the address's #fragment, which
- * never reaches the server; a wrong or missing key; a view-once paste's confirmation (D11); a
- * highlighted page under its Content-Security-Policy. One browser for the file, a fresh context
- * per test, a real server on 127.0.0.1 (SQLite, or PostgreSQL with TEST_DATABASE_URL).
+ * never reaches the server; a wrong, malformed or missing key; a view-once paste's confirmation
+ * (D11), which keeps the key; highlighting after decryption; a highlighted page under its
+ * Content-Security-Policy. One browser for the file, a fresh context per test, a real server on
+ * 127.0.0.1 (SQLite, or PostgreSQL with TEST_DATABASE_URL).
  *
  * Without Chromium (/usr/bin/chromium, or TEST_CHROMIUM) the suite is skipped on a developer
  * machine and fails when CI=true.
@@ -14,6 +15,7 @@ import { existsSync } from 'node:fs';
 import type { IncomingMessage } from 'node:http';
 import { after, afterEach, before, beforeEach, describe, it } from 'node:test';
 import { type Browser, type BrowserContext, chromium, type Page } from 'playwright-core';
+import { MAX_HIGHLIGHT_BYTES } from '../src/http/web/highlight.js';
 import { createPaste, encryptForTest, request, sqlText, startServer, type TestServer } from './helpers.js';
 
 const CHROMIUM = process.env.TEST_CHROMIUM ?? '/usr/bin/chromium';
@@ -335,6 +337,82 @@ describe('pages in a real browser', {
     // The wrong password's 403 (the answer, and the console's note of it) is all that went wrong.
     const others = seen.problems.filter((p) => !/\b403\b/.test(p) || !p.includes(`${server.url}/view/${id}`));
     assert.deepEqual([...others, ...seen.violations], []);
+  });
+
+  /** Waits until /static/highlight.js has run and view.js has had its turn to use it. */
+  async function highlighterRan(page: Page): Promise<void> {
+    await page.waitForFunction(() => typeof (window as any).fastpasteHighlight === 'function', undefined, {
+      timeout: 5_000,
+    });
+    await page.evaluate(() => new Promise((resolve) => setTimeout(resolve, 0)));
+  }
+
+  it('an E2E paste with a language is highlighted after decryption, with the spans the server makes', async () => {
+    const content =
+      'import os\n\nclass Greeter:\n    def greet(self, name: str) -> str:\n        # say hi\n        return f"hi {name}" + str(42) if name else None\n';
+    const { id, key } = await encryptedPaste(content, { language: 'python' });
+    const plainId = await createPaste(server, apiKey, { content, language: 'python' });
+    const since = received.length;
+    const { page, seen } = await openPage();
+    await page.goto(`${server.url}/view/${id}#${key}`);
+    await page.waitForSelector('#plaintext .hljs-keyword', { timeout: 5_000 });
+    assert.equal(await page.textContent('#plaintext'), content, 'highlighting changed the text');
+    assert.equal(await page.getAttribute('#plaintext', 'class'), 'hljs language-python');
+    const keywordColour = await page.$eval('#plaintext .hljs-keyword', (el) => getComputedStyle(el).color);
+    assert.equal(keywordColour, 'rgb(207, 34, 46)', "style.css's colour for a keyword");
+    const inBrowser = await page.innerHTML('#plaintext');
+    await assertNeverSent(seen, since, key);
+    assert.deepEqual([...seen.problems, ...seen.violations], []);
+    const bodies = await Promise.all(seen.bodies);
+    assert.ok(bodies.some((b) => b.url === `${server.url}/static/highlight.js` && b.body.length > 10_000));
+
+    // The server's page of the same content in the same language has the same markup.
+    await page.goto(`${server.url}/view/${plainId}`);
+    assert.equal(await page.innerHTML('main pre code'), inBrowser);
+  });
+
+  it('markup in a decrypted paste stays text, highlighted or not: no element is made, no handler runs', async () => {
+    const plaintext = '<img src=x onerror="window.__xss = 1"><script>window.__xss = 2</script>\n"<b>x</b>"\n';
+    for (const language of ['html', 'python', undefined]) {
+      const { id, key } = await encryptedPaste(plaintext, language ? { language } : {});
+      const { page, seen } = await openPage();
+      await page.goto(`${server.url}/view/${id}#${key}`);
+      assert.equal(await decrypted(page), plaintext, String(language));
+      if (language) {
+        await highlighterRan(page);
+        assert.ok((await page.locator('#plaintext span[class^="hljs-"]').count()) > 0, `${language}: not highlighted`);
+      }
+      assert.equal(await page.textContent('#plaintext'), plaintext, String(language));
+      assert.equal(await page.locator('#plaintext *:not(span)').count(), 0, `${language}: an element was made`);
+      assert.equal(await page.locator('img, b').count(), 0);
+      await page.evaluate(() => new Promise((resolve) => setTimeout(resolve, 50)));
+      assert.equal(await page.evaluate(() => (window as any).__xss), undefined, `${language}: a handler ran`);
+      const requested = (await Promise.all(seen.requests)).map((r) => r.url);
+      assert.equal(requested.includes(`${server.url}/static/highlight.js`), language !== undefined, String(language));
+      assert.deepEqual([...seen.problems, ...seen.violations], [], String(language));
+      await page.close();
+    }
+  });
+
+  it("highlighting in the browser keeps the server's cap; an unknown language is shown plain", async () => {
+    const line = 'def f(x):\n    return x\n';
+    const atCap = line.repeat(Math.ceil(MAX_HIGHLIGHT_BYTES / line.length)).slice(0, MAX_HIGHLIGHT_BYTES);
+    const cases = [
+      { what: 'at the cap', content: atCap, language: 'python', highlighted: true },
+      { what: 'one over the cap', content: `${atCap}#`, language: 'python', highlighted: false },
+      { what: 'an unknown language', content: line, language: 'no-such-language', highlighted: false },
+    ];
+    for (const { what, content, language, highlighted } of cases) {
+      const { id, key } = await encryptedPaste(content, { language });
+      const { page, seen } = await openPage();
+      await page.goto(`${server.url}/view/${id}#${key}`);
+      await decrypted(page);
+      await highlighterRan(page);
+      assert.equal((await page.locator('#plaintext .hljs-keyword').count()) > 0, highlighted, what);
+      assert.equal(await page.textContent('#plaintext'), content, what);
+      assert.deepEqual([...seen.problems, ...seen.violations], [], what);
+      await page.close();
+    }
   });
 
   it('a highlighted page renders under its CSP with no console error; an inline script is refused', async () => {

@@ -5,10 +5,12 @@
  * server on 127.0.0.1.
  */
 import assert from 'node:assert/strict';
+import { execFile } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import http from 'node:http';
 import { after, before, describe, it } from 'node:test';
 import { gzipSync } from 'node:zlib';
+import { browserLanguages } from '../src/http/web/browser-highlighter.js';
 import { generateApiKey } from '../src/keys/api-key-format.js';
 import { parseCreateInput } from '../src/pastes/paste-input.js';
 import { encryptForTest, expectError, request, sqlText, startServer, type TestServer } from './helpers.js';
@@ -625,6 +627,31 @@ describe('quick-create, web pages and HTTP rules', () => {
       assert.match(css.headers.get('content-type') ?? '', /^text\/css/);
       assert.equal(css.text, readFileSync(new URL('../src/http/web/static/style.css', import.meta.url), 'utf8'));
       expectError(await request(`${server.url}/static/nothing.js`), 404, 'not_found');
+    });
+
+    it('serves /static/highlight.js: the browser bundle view.js highlights with, the same one bin/build.js writes', async () => {
+      // Running from the sources, the server bundles it on the first request (a few at once share it).
+      const answers = await Promise.all([1, 2, 3].map(() => request(`${server.url}/static/highlight.js`)));
+      for (const answer of answers) {
+        assert.equal(answer.status, 200);
+        assert.match(answer.headers.get('content-type') ?? '', /^text\/javascript/);
+        assert.equal(answer.text, answers[0]?.text);
+      }
+      const served = answers[0]?.text ?? '';
+      assert.match(served, /globalThis\.fastpasteHighlight\s*=/);
+      assert.ok(served.length < 400_000, `${served.length} bytes: the whole of highlight.js?`);
+      // The languages fastpaste names are in it, the others are not.
+      for (const name of browserLanguages()) assert.ok(served.includes(`"${name}"`), `${name} is missing`);
+      assert.ok(browserLanguages().length >= 40 && !browserLanguages().includes('haskell'));
+      // What `npm start` serves: the build made by bin/build.js holds the same bytes.
+      const built = await new Promise<string>((resolve, reject) =>
+        execFile(
+          process.execPath,
+          ['-e', "import('./bin/build.js').then((b) => b.ensureBuilt()).then((d) => process.stdout.write(d))"],
+          (err, stdout) => (err ? reject(err) : resolve(stdout)),
+        ),
+      );
+      assert.equal(readFileSync(`${built}/src/http/web/static/highlight.js`, 'utf8'), served);
     });
 
     it('/download names the file <id>.txt, the upload name, or <id>.fpe1', async () => {

@@ -112,6 +112,16 @@ const FEATURES: Array<[string, RegExp, number]> = [
   ['ini', /^[ \t]*\[[\w .-]+\][ \t]*$/gm, 2],
 ];
 
+/** Every language detectLanguage can name besides the extensions' (uploads.ts EXTENSION_LANGUAGES). */
+export const DETECTED_LANGUAGES: readonly string[] = [
+  ...new Set([
+    ...FEATURES.map(([language]) => language),
+    ...Object.values(FLOURITE_NAMES),
+    // What signature() and looksLikeJson() name.
+    ...['python', 'javascript', 'bash', 'ruby', 'perl', 'php', 'xml', 'html', 'diff', 'dockerfile', 'json'],
+  ]),
+];
+
 /** Unmistakable openings, decided before any scoring. */
 function signature(sample: string): string | null {
   const head = sample.trimStart();

@@ -82,6 +82,11 @@ const EXTENSIONS: Record<string, string | null> = {
 
 export const ALLOWED_EXTENSIONS = Object.keys(EXTENSIONS);
 
+/** Every language an uploaded file's extension implies. */
+export const EXTENSION_LANGUAGES: readonly string[] = [
+  ...new Set(Object.values(EXTENSIONS).filter((language) => language !== null)),
+];
+
 /** The lower-case extension of a file name; `.gitignore` counts as its own extension. */
 export function extensionOf(filename: string): string {
   const lower = filename.toLowerCase();

@@ -11,6 +11,7 @@ import type { PastePresenter } from '../../pastes/paste-presenter.js';
 import type { PasteService, Read } from '../../pastes/paste-service.js';
 import { pasteIdParam, readOptions, sendText } from '../api/paste-routes.js';
 import { UrlEncodedBody } from '../request-bodies.js';
+import { BROWSER_HIGHLIGHTER, browserHighlighter } from './browser-highlighter.js';
 import { highlight } from './highlight.js';
 import { archivePage, gatePage, homePage, pastePageParts, sitemapXml } from './pages.js';
 
@@ -22,13 +23,15 @@ export interface WebDeps {
 const ARCHIVE_PAGE_SIZE = 50;
 const SITEMAP_MAX = 50_000;
 
+const JAVASCRIPT = 'text/javascript; charset=utf-8';
+
 const STATIC_FILES: Record<string, { type: string; body: Buffer }> = {
   'view.js': {
-    type: 'text/javascript; charset=utf-8',
+    type: JAVASCRIPT,
     body: readFileSync(new URL('./static/view.js', import.meta.url)),
   },
   'gate.js': {
-    type: 'text/javascript; charset=utf-8',
+    type: JAVASCRIPT,
     body: readFileSync(new URL('./static/gate.js', import.meta.url)),
   },
   'style.css': {
@@ -147,7 +150,10 @@ export async function registerWebRoutes(app: FastifyInstance, deps: WebDeps): Pr
   });
 
   app.get('/static/:file', async (request, reply) => {
-    const file = STATIC_FILES[(request.params as { file: string }).file];
+    const name = (request.params as { file: string }).file;
+    // highlight.js for view.js (browser-highlighter.ts): built with the sources, or on first use.
+    const file =
+      name === BROWSER_HIGHLIGHTER ? { type: JAVASCRIPT, body: await browserHighlighter() } : STATIC_FILES[name];
     if (!file) throw new AppError('not_found', 'No such file.');
     return reply.type(file.type).header('cache-control', 'public, max-age=3600').send(file.body);
   });

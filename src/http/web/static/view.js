@@ -1,6 +1,8 @@
 // Decrypts an end-to-end encrypted paste in the browser. The key comes from the address's
 // fragment (#key), which browsers never send to the server. Format: fpe1:<b64 iv>:<b64 ct+tag>,
-// AES-256-GCM. The plaintext is only ever set as text, never as HTML.
+// AES-256-GCM. The plaintext is only ever set as text, never as HTML; with a stored language it
+// is then highlighted by /static/highlight.js (the server's highlight.js, its size cap and class
+// names), whose output escapes the text.
 (() => {
   const root = document.getElementById('e2e');
   if (!root) return;
@@ -9,6 +11,7 @@
   const keyInput = document.getElementById('e2e-key');
   const output = document.getElementById('plaintext');
   const wire = document.getElementById('ciphertext').textContent.trim();
+  const language = root.dataset.language;
 
   const fromBase64 = (text) => Uint8Array.from(atob(text), (c) => c.charCodeAt(0));
   const fromBase64Url = (text) => {
@@ -24,13 +27,42 @@
     return new TextDecoder().decode(plain);
   }
 
+  let highlighter = null;
+  /** highlight.js, loaded once and only for a paste with a language (script-src 'self'). */
+  function loadHighlighter() {
+    highlighter ??= new Promise((resolve, reject) => {
+      const script = document.createElement('script');
+      script.src = '/static/highlight.js';
+      script.addEventListener('load', () => resolve(window.fastpasteHighlight));
+      script.addEventListener('error', reject);
+      document.head.append(script);
+    });
+    return highlighter;
+  }
+
+  /** Highlights the text shown, unless it is too long, its language unknown or the text changed. */
+  async function highlight(text) {
+    if (!language) return;
+    try {
+      const html = (await loadHighlighter())(text, language);
+      if (html === null || output.textContent !== text) return;
+      output.className = `hljs language-${language}`;
+      output.innerHTML = html; // highlight.js's output: the text escaped, inside its spans
+    } catch {
+      // Shown plain.
+    }
+  }
+
   // readKey runs inside the try: a fragment that is not valid percent-encoding (#%E0%A4%A) makes
   // decodeURIComponent throw, which is a key that does not decrypt like any other.
   async function show(readKey) {
     try {
-      output.textContent = await decrypt(readKey());
+      const text = await decrypt(readKey());
+      output.className = '';
+      output.textContent = text;
       status.textContent = 'Decrypted in your browser.';
       form.hidden = true;
+      highlight(text);
     } catch {
       status.textContent = 'This key does not decrypt the paste.';
       form.hidden = false;
