@@ -108,8 +108,6 @@ describe('pages in a real browser', {
       );
     });
     page.on('console', (message) => {
-      // The service has no icon: the browser's own request for one is not the page's doing.
-      if (message.location().url === `${server.url}/favicon.ico`) return;
       if (message.type() === 'error' || message.type() === 'warning') {
         seen.problems.push(`console ${message.type()}: ${message.text()} (${message.location().url})`);
       }
@@ -413,6 +411,22 @@ describe('pages in a real browser', {
       assert.deepEqual([...seen.problems, ...seen.violations], [], what);
       await page.close();
     }
+  });
+
+  it('the icon a page names is served (an SVG, cached), so no page logs a 404 for /favicon.ico', async () => {
+    const id = await createPaste(server, apiKey, { content: 'an icon is asked for' });
+    const { page, seen } = await openPage();
+    await page.goto(`${server.url}/view/${id}`);
+    assert.equal(await page.getAttribute('link[rel=icon]', 'href'), '/favicon.ico');
+    // The browser asks for the icon by itself, after the page: wait until the server has answered it.
+    const asked = (): boolean => received.some((r) => r.url === '/favicon.ico');
+    for (let i = 0; i < 100 && !asked(); i++) await new Promise((r) => setTimeout(r, 20));
+    const icon = await page.goto(`${server.url}/favicon.ico`);
+    assert.equal(icon?.status(), 200);
+    assert.equal((await icon?.allHeaders())?.['content-type'], 'image/svg+xml');
+    assert.match((await icon?.allHeaders())?.['cache-control'] ?? '', /max-age=\d{6,}/);
+    assert.ok((await page.locator('svg').count()) === 1, 'not an SVG image');
+    assert.deepEqual([...seen.problems, ...seen.violations], []);
   });
 
   it('a highlighted page renders under its CSP with no console error; an inline script is refused', async () => {

@@ -1213,6 +1213,21 @@ describe('404s are fast and throttled per client address (NOT_FOUND_LIMIT_PER_MI
     assert.equal((await request(`${server.url}/view/nothing-here`, { headers })).status, 404);
   });
 
+  it('/favicon.ico, which browsers ask for on their own, is an icon and never uses the budget', async () => {
+    const headers = client();
+    for (let i = 0; i < LIMIT * 2; i++) {
+      const icon = await fetch(`${server.url}/favicon.ico`, { headers });
+      assert.equal(icon.status, 200);
+      assert.equal(icon.headers.get('content-type'), 'image/svg+xml');
+      assert.match(icon.headers.get('cache-control') ?? '', /^public, max-age=\d{6,}$/);
+      assert.match(await icon.text(), /^<svg [^>]*xmlns="http:\/\/www\.w3\.org\/2000\/svg"/);
+    }
+    // The whole budget is still there: LIMIT answers 404, then 429.
+    for (let i = 0; i < LIMIT; i++)
+      expectError(await request(`${server.url}/view/icon${i}`, { headers }), 404, 'not_found');
+    expectError(await request(`${server.url}/view/icon-more`, { headers }), 429, 'rate_limited');
+  });
+
   it('an IPv6 client counts per /64: another address in the same /64 is refused too, another /64 is not', async () => {
     for (let i = 0; i < LIMIT; i++) {
       await request(`${server.url}/view/v6guess${i}`, { headers: { 'x-forwarded-for': `2001:db8:1:2::${i + 1}` } });

@@ -21,6 +21,7 @@ function layout(title: string, body: string): string {
 <meta name="referrer" content="no-referrer">
 <title>${escapeHtml(title)} · fastpaste</title>
 <link rel="stylesheet" href="/static/style.css">
+<link rel="icon" href="/favicon.ico" type="image/svg+xml">
 </head>
 <body>
 <header><a class="brand" href="/">fastpaste</a> <a href="/archive">archive</a></header>

@@ -40,6 +40,13 @@ const STATIC_FILES: Record<string, { type: string; body: Buffer }> = {
   },
 };
 
+/**
+ * The icon, at the address browsers and crawlers ask for on their own (an SVG: every current
+ * browser takes one, whatever the address). Cached for a week, so a browser asks once; and a
+ * route, so the asking never counts against the 404 budget (not-found-throttle.ts).
+ */
+const FAVICON = readFileSync(new URL('./static/favicon.svg', import.meta.url));
+
 /** The page of a paste just read, in the parts it is written in (pages.ts pastePageParts). */
 export function readPageParts(read: Read, presenter: PastePresenter): Array<string | Buffer> {
   const paste = read.paste;
@@ -148,6 +155,10 @@ export async function registerWebRoutes(app: FastifyInstance, deps: WebDeps): Pr
     const items = await pastes.listPublic(0, SITEMAP_MAX);
     return reply.type('application/xml; charset=utf-8').send(sitemapXml(presenter.baseUrl, items));
   });
+
+  app.get('/favicon.ico', async (_request, reply) =>
+    reply.type('image/svg+xml').header('cache-control', 'public, max-age=604800').send(FAVICON),
+  );
 
   app.get('/static/:file', async (request, reply) => {
     const name = (request.params as { file: string }).file;
