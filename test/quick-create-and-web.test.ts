@@ -627,6 +627,10 @@ describe('quick-create, web pages and HTTP rules', () => {
       assert.match(css.headers.get('content-type') ?? '', /^text\/css/);
       assert.equal(css.text, readFileSync(new URL('../src/http/web/static/style.css', import.meta.url), 'utf8'));
       expectError(await request(`${server.url}/static/nothing.js`), 404, 'not_found');
+      // Names every object has are no files either (they were 500s).
+      for (const name of ['constructor', '__proto__', 'toString', 'hasOwnProperty']) {
+        expectError(await request(`${server.url}/static/${name}`), 404, 'not_found');
+      }
     });
 
     it('serves /static/highlight.js: the browser bundle view.js highlights with, the same one bin/build.js writes', async () => {

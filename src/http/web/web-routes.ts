@@ -25,20 +25,15 @@ const SITEMAP_MAX = 50_000;
 
 const JAVASCRIPT = 'text/javascript; charset=utf-8';
 
-const STATIC_FILES: Record<string, { type: string; body: Buffer }> = {
-  'view.js': {
-    type: JAVASCRIPT,
-    body: readFileSync(new URL('./static/view.js', import.meta.url)),
-  },
-  'gate.js': {
-    type: JAVASCRIPT,
-    body: readFileSync(new URL('./static/gate.js', import.meta.url)),
-  },
-  'style.css': {
-    type: 'text/css; charset=utf-8',
-    body: readFileSync(new URL('./static/style.css', import.meta.url)),
-  },
-};
+const staticFile = (name: string, type: string) =>
+  [name, { type, body: readFileSync(new URL(`./static/${name}`, import.meta.url)) }] as const;
+
+/** A Map, not an object: a name every object has (constructor, __proto__) is no file. */
+const STATIC_FILES = new Map([
+  staticFile('view.js', JAVASCRIPT),
+  staticFile('gate.js', JAVASCRIPT),
+  staticFile('style.css', 'text/css; charset=utf-8'),
+]);
 
 /**
  * The icon, at the address browsers and crawlers ask for on their own (an SVG: every current
@@ -164,7 +159,7 @@ export async function registerWebRoutes(app: FastifyInstance, deps: WebDeps): Pr
     const name = (request.params as { file: string }).file;
     // highlight.js for view.js (browser-highlighter.ts): built with the sources, or on first use.
     const file =
-      name === BROWSER_HIGHLIGHTER ? { type: JAVASCRIPT, body: await browserHighlighter() } : STATIC_FILES[name];
+      name === BROWSER_HIGHLIGHTER ? { type: JAVASCRIPT, body: await browserHighlighter() } : STATIC_FILES.get(name);
     if (!file) throw new AppError('not_found', 'No such file.');
     return reply.type(file.type).header('cache-control', 'public, max-age=3600').send(file.body);
   });
