@@ -581,40 +581,48 @@ describe('large bodies a few at a time', () => {
   });
 });
 
+/** 3,000 expired pastes, and the sweep's batches timed as they run. */
+async function expiredPastesWithTimedSweep(
+  server: TestServer,
+): Promise<Array<{ start: number; end: number; size: number }>> {
+  const now = server.clock.read();
+  await insertPastes(
+    server,
+    Array.from({ length: 3000 }, (_, i) => ({
+      id: `X${Math.floor(i / 500)}${String(i % 500).padStart(5, '0')}`,
+      createdAt: now - 10_000,
+      expiresAt: now - 1,
+    })),
+  );
+  const repository = (server.services.pastes as unknown as { pastes: PasteRepository }).pastes;
+  // (On SQLite a batch runs synchronously on the handle, elsewhere through Kysely: both timed.)
+  const deleteExpired = repository.deleteExpired.bind(repository);
+  const deleteExpiredNow = repository.deleteExpiredNow.bind(repository);
+  const batches: Array<{ start: number; end: number; size: number }> = [];
+  repository.deleteExpired = async (at: number, size: number) => {
+    const start = performance.now();
+    try {
+      return await deleteExpired(at, size);
+    } finally {
+      batches.push({ start, end: performance.now(), size });
+    }
+  };
+  repository.deleteExpiredNow = (at: number, size: number) => {
+    const start = performance.now();
+    const removed = deleteExpiredNow(at, size);
+    if (removed !== null) batches.push({ start, end: performance.now(), size });
+    return removed;
+  };
+  return batches;
+}
+
 describe('the expiry sweep', () => {
   it('lets requests through between its batches and removes every expired paste', async () => {
     const server = await startServer();
     try {
-      const now = server.clock.read();
-      await insertPastes(
-        server,
-        Array.from({ length: 3000 }, (_, i) => ({
-          id: `X${Math.floor(i / 500)}${String(i % 500).padStart(5, '0')}`,
-          createdAt: now - 10_000,
-          expiresAt: now - 1,
-        })),
-      );
       // Each batch is timed: the pause after it is at least as long as it took (at most half the
       // server's time goes to the sweep).
-      const repository = (server.services.pastes as unknown as { pastes: PasteRepository }).pastes;
-      // (On SQLite a batch runs synchronously on the handle, elsewhere through Kysely: both timed.)
-      const deleteExpired = repository.deleteExpired.bind(repository);
-      const deleteExpiredNow = repository.deleteExpiredNow.bind(repository);
-      const batches: Array<{ start: number; end: number; size: number }> = [];
-      repository.deleteExpired = async (at: number, size: number) => {
-        const start = performance.now();
-        try {
-          return await deleteExpired(at, size);
-        } finally {
-          batches.push({ start, end: performance.now(), size });
-        }
-      };
-      repository.deleteExpiredNow = (at: number, size: number) => {
-        const start = performance.now();
-        const removed = deleteExpiredNow(at, size);
-        if (removed !== null) batches.push({ start, end: performance.now(), size });
-        return removed;
-      };
+      const batches = await expiredPastesWithTimedSweep(server);
       let finished = false;
       const sweeping = server.services.pastes.sweepExpired(50).then((removed) => {
         finished = true;
@@ -636,6 +644,61 @@ describe('the expiry sweep', () => {
       }
     } finally {
       await server.close();
+    }
+  });
+
+  it("takes a tenth of the server's time while requests keep it busy", async () => {
+    const server = await startServer();
+    try {
+      const batches = await expiredPastesWithTimedSweep(server);
+      // Work that keeps the event loop busy, as a stream of requests does: turns of 1 ms each.
+      let loaded = true;
+      const spin = () => {
+        const until = performance.now() + 1;
+        while (performance.now() < until) {}
+        if (loaded) setImmediate(spin);
+      };
+      setImmediate(spin);
+      const started = performance.now();
+      const removed = await server.services.pastes.sweepExpired(50);
+      const elapsed = performance.now() - started;
+      loaded = false;
+      assert.equal(removed, 3000);
+      // The first pause follows an idle measure; from the second batch on the loop is known busy.
+      const later = batches.slice(1);
+      const swept = later.reduce((sum, b) => sum + (b.end - b.start), 0);
+      const span = (batches.at(-1)?.end ?? 0) - (later[0]?.start ?? 0);
+      assert.ok(later.length >= 3, `${batches.length} batches`);
+      // Half of the time (the idle share) gives 0.3–0.5 here, timers firing late behind the load; a tenth about 0.1.
+      assert.ok(swept / span <= 0.2, `the sweep took ${((100 * swept) / span).toFixed(0)}% of ${span.toFixed(0)} ms`);
+      for (let i = 2; i < batches.length; i++) {
+        const previous = batches[i - 1] as { start: number; end: number };
+        const pause = (batches[i] as { start: number }).start - previous.end;
+        assert.ok(pause >= 4 * (previous.end - previous.start), `pause ${pause.toFixed(2)} ms after a busy batch`);
+      }
+      assert.ok(elapsed > swept, 'the sweep ran');
+    } finally {
+      await server.close();
+    }
+  });
+
+  it('weighs its share by how busy the server was in the last pause: half idle, a tenth busy', async () => {
+    for (const [busy, most] of [
+      [0, 0.55],
+      [1, 0.12],
+    ] as const) {
+      const server = await startServer();
+      try {
+        const batches = await expiredPastesWithTimedSweep(server);
+        await server.services.pastes.sweepExpired(50, 0, () => () => busy);
+        const swept = batches.slice(1).reduce((sum, b) => sum + (b.end - b.start), 0);
+        const span = (batches.at(-1)?.end ?? 0) - (batches[1]?.start ?? 0);
+        assert.ok(swept / span <= most, `busy ${busy}: the sweep took ${((100 * swept) / span).toFixed(0)}%`);
+        if (busy === 0)
+          assert.ok(swept / span >= 0.2, `idle: the sweep took only ${((100 * swept) / span).toFixed(0)}%`);
+      } finally {
+        await server.close();
+      }
     }
   });
 });

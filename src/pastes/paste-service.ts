@@ -4,6 +4,7 @@
  * rules), ownership of updates and deletes, listing, and the expiry sweep.
  */
 import { hash } from 'node:crypto';
+import { performance as perfHooks } from 'node:perf_hooks';
 import { RateLimiterMemory, RateLimiterRes } from 'rate-limiter-flexible';
 import type { Clock } from '../clock.js';
 import { AppError, notFound } from '../errors.js';
@@ -61,6 +62,10 @@ export interface Read {
 const ID_ATTEMPTS = 8;
 /** How long one batch of the expiry sweep may hold the event loop. */
 const SWEEP_SLICE_MS = 2;
+/** The expiry sweep's share of the server's time while it has nothing else to do... */
+const SWEEP_SHARE_IDLE = 0.5;
+/** ...and while requests keep it busy (sweepExpired). */
+const SWEEP_SHARE_BUSY = 0.1;
 
 const sha256Hex = (text: string): string => hash('sha256', text, 'hex');
 
@@ -334,14 +339,19 @@ export class PasteService {
 
   /**
    * Removes every expired paste, in batches that each hold the event loop about SWEEP_SLICE_MS:
-   * the batch size follows how long the last one took (from `firstBatch`, between 10 and 1,000),
-   * and the pause after a batch is at least as long as the batch, so the sweep takes at most half
-   * the server's time and no request waits behind more than one slice. A sweep of a million rows
-   * then takes minutes, which D12 allows, instead of holding up reads.
+   * the batch size follows how long the last one took (from `firstBatch`, between 10 and 1,000).
+   * The pause after a batch sets the sweep's share of the server's time: half of it while the
+   * server is idle, down to a tenth while requests keep it busy (how busy: the event loop's
+   * utilization during the previous pause, when only requests ran). A batch takes time from the
+   * requests waiting behind it, so under load a larger share would cost them throughput and
+   * latency in proportion; idle, the backlog goes at full pace. A million expired rows take a
+   * minute and a half idle on this kind of machine and several minutes under full load, which D12
+   * allows ("within minutes"). `busyness` is for tests: the share of a pause spent on requests.
    */
-  async sweepExpired(firstBatch = 50, minPauseMs = 2): Promise<number> {
+  async sweepExpired(firstBatch = 50, minPauseMs = 2, busyness = eventLoopBusyness): Promise<number> {
     let removed = 0;
     let batch = firstBatch;
+    let busy = 0;
     for (;;) {
       const started = performance.now();
       const now = this.clock();
@@ -351,9 +361,21 @@ export class PasteService {
       if (count < batch) return removed;
       if (took > SWEEP_SLICE_MS) batch = Math.max(10, Math.floor(batch / 2));
       else if (took < SWEEP_SLICE_MS / 2) batch = Math.min(1000, batch * 2);
-      await pauseFor(Math.max(minPauseMs, took));
+      const share = SWEEP_SHARE_IDLE - (SWEEP_SHARE_IDLE - SWEEP_SHARE_BUSY) * Math.min(1, Math.max(0, busy));
+      const measure = busyness();
+      await pauseFor(Math.max(minPauseMs, (took * (1 - share)) / share));
+      busy = measure();
     }
   }
+}
+
+/**
+ * Starts measuring how busy the event loop is; the function returned gives the share of the
+ * time since then that it spent running callbacks (requests), from 0 to 1.
+ */
+function eventLoopBusyness(): () => number {
+  const start = perfHooks.eventLoopUtilization();
+  return () => perfHooks.eventLoopUtilization(start).utilization;
 }
 
 /** The paste if it may be served as is (no password, not view-once), else null. */
