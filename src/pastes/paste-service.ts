@@ -60,8 +60,10 @@ export interface Read {
 }
 
 const ID_ATTEMPTS = 8;
-/** How long one batch of the expiry sweep may hold the event loop. */
+/** How long one batch of the expiry sweep may hold the event loop (SQLite). */
 const SWEEP_SLICE_MS = 2;
+/** How long one batch of the expiry sweep may take where it waits for the database (PostgreSQL). */
+const SWEEP_SLICE_ASYNC_MS = 50;
 /** The expiry sweep's share of the server's time while it has nothing else to do... */
 const SWEEP_SHARE_IDLE = 0.5;
 /** ...and while requests keep it busy (sweepExpired). */
@@ -337,31 +339,53 @@ export class PasteService {
     return this.pastes.listPublic(this.clock(), limit, offset);
   }
 
+  /** The sweep under way, if one is: a second caller joins it (see sweepExpired). */
+  private sweeping: Promise<number> | null = null;
+
   /**
-   * Removes every expired paste, in batches that each hold the event loop about SWEEP_SLICE_MS:
-   * the batch size follows how long the last one took (from `firstBatch`, between 10 and 1,000).
-   * The pause after a batch sets the sweep's share of the server's time: half of it while the
-   * server is idle, down to a tenth while requests keep it busy (how busy: the event loop's
+   * Removes every expired paste, in batches; a call made while a sweep is under way gets that
+   * sweep's promise instead of starting another beside it (two would add up their shares and run
+   * batches back to back). On SQLite a batch is synchronous and holds the event loop: it is sized
+   * to take about SWEEP_SLICE_MS (the size follows how long the last one took, between 10 and
+   * 1,000), and the pause after it sets the sweep's share of the server's time: half of it while
+   * the server is idle, down to a tenth while requests keep it busy (how busy: the event loop's
    * utilization during the previous pause, when only requests ran). A batch takes time from the
    * requests waiting behind it, so under load a larger share would cost them throughput and
    * latency in proportion; idle, the backlog goes at full pace. A million expired rows take a
-   * minute and a half idle on this kind of machine and several minutes under full load, which D12
-   * allows ("within minutes"). `busyness` is for tests: the share of a pause spent on requests.
+   * minute and a half idle on this kind of machine and about four minutes under full load, which
+   * D12 allows ("within minutes"). On PostgreSQL a batch waits for the database and holds the
+   * event loop only to send it: it is sized to take about SWEEP_SLICE_ASYNC_MS there, and the
+   * pause is as long as the batch took (half the database time), whatever the load. `busyness`
+   * is for tests: the share of a pause spent on requests.
    */
-  async sweepExpired(firstBatch = 50, minPauseMs = 2, busyness = eventLoopBusyness): Promise<number> {
+  sweepExpired(firstBatch = 50, minPauseMs = 2, busyness = eventLoopBusyness): Promise<number> {
+    if (this.sweeping) return this.sweeping;
+    const sweep = this.sweepAll(firstBatch, minPauseMs, busyness).finally(() => {
+      this.sweeping = null;
+    });
+    this.sweeping = sweep;
+    return sweep;
+  }
+
+  private async sweepAll(firstBatch: number, minPauseMs: number, busyness: () => () => number): Promise<number> {
     let removed = 0;
     let batch = firstBatch;
     let busy = 0;
     for (;;) {
       const started = performance.now();
       const now = this.clock();
-      const count = this.pastes.deleteExpiredNow(now, batch) ?? (await this.pastes.deleteExpired(now, batch));
+      const held = this.pastes.deleteExpiredNow(now, batch);
+      const count = held ?? (await this.pastes.deleteExpired(now, batch));
       const took = performance.now() - started;
       removed += count;
       if (count < batch) return removed;
-      if (took > SWEEP_SLICE_MS) batch = Math.max(10, Math.floor(batch / 2));
-      else if (took < SWEEP_SLICE_MS / 2) batch = Math.min(1000, batch * 2);
-      const share = SWEEP_SHARE_IDLE - (SWEEP_SHARE_IDLE - SWEEP_SHARE_BUSY) * Math.min(1, Math.max(0, busy));
+      const slice = held === null ? SWEEP_SLICE_ASYNC_MS : SWEEP_SLICE_MS;
+      if (took > slice) batch = Math.max(10, Math.floor(batch / 2));
+      else if (took < slice / 2) batch = Math.min(1000, batch * 2);
+      const share =
+        held === null
+          ? SWEEP_SHARE_IDLE
+          : SWEEP_SHARE_IDLE - (SWEEP_SHARE_IDLE - SWEEP_SHARE_BUSY) * Math.min(1, Math.max(0, busy));
       const measure = busyness();
       await pauseFor(Math.max(minPauseMs, (took * (1 - share)) / share));
       busy = measure();
