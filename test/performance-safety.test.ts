@@ -616,6 +616,17 @@ async function expiredPastesWithTimedSweep(
   return batches;
 }
 
+/**
+ * The batches after the first (whose pause followed no measure of the load), the time they took
+ * and the time from the first of them to the end of the last.
+ */
+function sweptAfterFirst(batches: Array<{ start: number; end: number }>) {
+  const later = batches.slice(1);
+  const swept = later.reduce((sum, b) => sum + (b.end - b.start), 0);
+  const span = (batches.at(-1)?.end ?? 0) - (later[0]?.start ?? 0);
+  return { later, swept, span };
+}
+
 describe('the expiry sweep', () => {
   it('lets requests through between its batches and removes every expired paste', async () => {
     const server = await startServer();
@@ -669,9 +680,7 @@ describe('the expiry sweep', () => {
       loaded = false;
       assert.equal(removed, 3000);
       // The first pause follows an idle measure; from the second batch on the loop is known busy.
-      const later = batches.slice(1);
-      const swept = later.reduce((sum, b) => sum + (b.end - b.start), 0);
-      const span = (batches.at(-1)?.end ?? 0) - (later[0]?.start ?? 0);
+      const { later, swept, span } = sweptAfterFirst(batches);
       assert.ok(later.length >= 3, `${batches.length} batches`);
       // The idle share (half) gives 0.25–0.5 here (timers fire late behind the load); a tenth, about 0.1.
       assert.ok(swept / span <= 0.18, `the sweep took ${((100 * swept) / span).toFixed(0)}% of ${span.toFixed(0)} ms`);
@@ -692,9 +701,7 @@ describe('the expiry sweep', () => {
       const batches = await expiredPastesWithTimedSweep(server);
       // Told the server was busy throughout (and no minimum pause): a tenth of the time.
       await server.services.pastes.sweepExpired(50, 0, () => () => 1);
-      const later = batches.slice(1);
-      const swept = later.reduce((sum, b) => sum + (b.end - b.start), 0);
-      const span = (batches.at(-1)?.end ?? 0) - (later[0]?.start ?? 0);
+      const { later, swept, span } = sweptAfterFirst(batches);
       // n batches with nine times as long after each but the last: n / (10n - 9), at most 0.125
       // from five on; at half share it would be about a half.
       assert.ok(later.length >= 5, `${batches.length} batches`);
