@@ -5,14 +5,18 @@
  */
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
+import { statSync } from 'node:fs';
 import { request as httpRequest } from 'node:http';
 import { describe, it } from 'node:test';
+import { sql } from 'kysely';
 import pg from 'pg';
 import { pino } from 'pino';
 import { FastLane, serverWithFastLane } from '../src/http/fast-lane.js';
 import type { Paste } from '../src/pastes/paste.js';
+import { openStorage } from '../src/storage/database.js';
 import { migrateToLatest } from '../src/storage/migrations.js';
-import type { PasteRepository } from '../src/storage/paste-repository.js';
+import { PasteRepository } from '../src/storage/paste-repository.js';
+import { RESTART_PAGES } from '../src/storage/wal-checkpointer.js';
 import { freePort, freshDatabase, request, startServer, type TestServer } from './helpers.js';
 import { fastpaste, startServerProcess } from './server-process.js';
 
@@ -65,6 +69,32 @@ async function insertPastes(server: TestServer, rows: PlainRow[]): Promise<void>
       `INSERT INTO pastes (id, owner_key_id, content, content_type, file_size, sha256, created_at, expires_at, view_count, burn_after_read, encrypted, downloadable, is_public, source) VALUES ${values.join(', ')}`,
     );
   }
+}
+
+/** A plain paste of the content, for inserting through the repository. */
+function plainPaste(id: string, content: string, createdAt: number, ownerKeyId: string | null = null): Paste {
+  return {
+    id,
+    ownerKeyId,
+    title: null,
+    description: null,
+    content,
+    contentType: 'text',
+    originalFilename: null,
+    language: null,
+    fileSize: Buffer.byteLength(content),
+    sha256: 'a'.repeat(64),
+    createdAt,
+    expiresAt: null,
+    viewCount: 0,
+    burnAfterRead: false,
+    encrypted: false,
+    downloadable: true,
+    public: false,
+    passwordHash: null,
+    source: 'api',
+    creatorIp: null,
+  };
 }
 
 describe('group commit', () => {
@@ -120,28 +150,8 @@ describe('group commit, one insert refused', () => {
     const server = await startServer();
     try {
       const repository = (server.services.pastes as unknown as { pastes: PasteRepository }).pastes;
-      const paste = (id: string, ownerKeyId: string | null): Paste => ({
-        id,
-        ownerKeyId,
-        title: null,
-        description: null,
-        content: `content of ${id}`,
-        contentType: 'text',
-        originalFilename: null,
-        language: null,
-        fileSize: 1,
-        sha256: 'a'.repeat(64),
-        createdAt: server.clock.read(),
-        expiresAt: null,
-        viewCount: 0,
-        burnAfterRead: false,
-        encrypted: false,
-        downloadable: true,
-        public: false,
-        passwordHash: null,
-        source: 'api',
-        creatorIp: null,
-      });
+      const paste = (id: string, ownerKeyId: string | null): Paste =>
+        plainPaste(id, `content of ${id}`, server.clock.read(), ownerKeyId);
       // Queued in one turn of the event loop, so committed as one group; the owner of G04 is no
       // key (a foreign key the database enforces), which takes the group's statement down.
       const outcomes = await Promise.allSettled(
@@ -163,7 +173,7 @@ describe('group commit, one insert refused', () => {
 });
 
 describe('WAL checkpoints in a thread of their own', () => {
-  it('the server connection never checkpoints; the thread copies the log into the file as writes go on', async (t) => {
+  it('the server connection checkpoints only past RESTART_PAGES of log; the thread copies the log into the file as writes go on', async (t) => {
     const server = await startServer();
     try {
       const { checkpointer, sqlite } = server.services.storage;
@@ -171,7 +181,7 @@ describe('WAL checkpoints in a thread of their own', () => {
         t.skip('SQLite only');
         return;
       }
-      assert.equal(sqlite.pragma('wal_autocheckpoint', { simple: true }), 0);
+      assert.equal(sqlite.pragma('wal_autocheckpoint', { simple: true }), RESTART_PAGES);
       const key = await server.createKey();
       const before = await checkpointer.framesCheckpointed();
       for (let i = 0; i < 200; i++) {
@@ -189,6 +199,41 @@ describe('WAL checkpoints in a thread of their own', () => {
       }
     } finally {
       await server.close();
+    }
+  });
+});
+
+describe('the write-ahead log under continuous writes', () => {
+  it('starts again from its beginning, so its file stays near the restart size instead of growing with every commit', async () => {
+    // SQLite whichever database the suite runs on: the log is SQLite's.
+    const database = await freshDatabase('');
+    const restartPages = 256;
+    const storage = openStorage(database.url, { backgroundCheckpoints: true, walRestartPages: restartPages });
+    try {
+      await migrateToLatest(storage.db);
+      const repository = new PasteRepository(storage.db, true, storage.sqlite);
+      const content = 'x'.repeat(16 * 1024); // five pages of log a paste
+      const paste = (id: string): Paste => plainPaste(id, content, Date.now());
+      // Groups of 20 back to back, as creates arrive under load: 1,200 pastes, about 6,000
+      // pages of log, over 20 times the restart size. A log that never restarts holds them all.
+      const pastes = 1200;
+      for (let group = 0; group < pastes / 20; group++) {
+        const inserted = await Promise.all(
+          Array.from({ length: 20 }, (_, i) => repository.insertIfFree(paste(`W${group}-${i}`))),
+        );
+        assert.ok(inserted.every(Boolean));
+      }
+      const frameBytes = 4096 + 24;
+      const logBytes = statSync(`${database.path}-wal`).size;
+      assert.ok(
+        logBytes < 3 * restartPages * frameBytes,
+        `log of ${logBytes} bytes (${Math.round(logBytes / frameBytes)} pages) for a restart at ${restartPages} pages`,
+      );
+      const [row] = await sql<{ n: number }>`SELECT count(*) AS n FROM pastes`.execute(storage.db).then((r) => r.rows);
+      assert.equal(Number(row?.n), pastes);
+    } finally {
+      await storage.close();
+      await database.drop();
     }
   });
 });
