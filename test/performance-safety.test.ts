@@ -12,6 +12,7 @@ import { sql } from 'kysely';
 import pg from 'pg';
 import { pino } from 'pino';
 import { FastLane, serverWithFastLane } from '../src/http/fast-lane.js';
+import { OwnerListing } from '../src/pastes/owner-listing.js';
 import type { Paste } from '../src/pastes/paste.js';
 import { openStorage } from '../src/storage/database.js';
 import { migrateToLatest } from '../src/storage/migrations.js';
@@ -319,6 +320,61 @@ describe('counts held in memory', () => {
 });
 
 describe('list paging from anchors', () => {
+  it('on PostgreSQL, a kept count and its anchors are computed again ahead while they still answer, and never answer past a second', {
+    skip: !ON_POSTGRES && 'SQLite keeps them until this process changes the list',
+  }, async () => {
+    const server = await startServer();
+    try {
+      const key = await server.createKey();
+      const ownerId = (await server.services.keys.find(key))?.id as string;
+      const t0 = server.clock.read();
+      await insertPastes(
+        server,
+        Array.from({ length: 250 }, (_, i) => ({
+          id: `R${String(i).padStart(4, '0')}`,
+          owner: ownerId,
+          createdAt: t0 - i,
+        })),
+      );
+      const repository = (server.services.pastes as unknown as { pastes: PasteRepository }).pastes;
+      // Counts the computations that start and those that have ended (the repository is real).
+      const started = { counts: 0, anchors: 0 };
+      let settled = 0;
+      const spied = Object.create(repository) as PasteRepository;
+      spied.countOwned = (...args) => {
+        started.counts++;
+        return repository.countOwned(...args).finally(() => settled++);
+      };
+      spied.ownerAnchors = (...args) => {
+        started.anchors++;
+        return repository.ownerAnchors(...args).finally(() => settled++);
+      };
+      const listing = new OwnerListing(spied);
+      const firstOf = async (at: number) => (await listing.page(ownerId, at, 20, 200))[0]?.id;
+      assert.equal(await firstOf(t0), 'R0200');
+      assert.equal(await listing.total(ownerId, t0), 250);
+      assert.deepEqual(started, { counts: 1, anchors: 1 });
+      // Past half its life the entry still answers, and its successor is computed meanwhile.
+      assert.equal(await firstOf(t0 + 600), 'R0200');
+      assert.deepEqual(started, { counts: 2, anchors: 2 });
+      const deadline = Date.now() + 5000;
+      while (settled < 4) {
+        assert.ok(Date.now() < deadline, 'the refresh did not end within 5 s');
+        await new Promise((resolve) => setTimeout(resolve, 5));
+      }
+      // Another instance's paste, newer than all: the successor (computed at t0 + 600) does not
+      // know it, and answers until t0 + 1600 without a computation of its own.
+      await insertPastes(server, [{ id: 'R_new', owner: ownerId, createdAt: t0 + 1 }]);
+      assert.equal(await firstOf(t0 + 1100), 'R0200');
+      assert.equal(await listing.total(ownerId, t0 + 1100), 250);
+      assert.deepEqual(started, { counts: 3, anchors: 3 }, 'the successor is itself refreshed ahead');
+      // A second after the successor was computed, the list shows the paste.
+      assert.equal(await listing.total(ownerId, t0 + 1700), 251);
+      assert.equal(await firstOf(t0 + 1700), 'R0199');
+    } finally {
+      await server.close();
+    }
+  });
   it('every page of a long list is exactly the right slice, before and after creates, deletes and expiry', async () => {
     const server = await startServer();
     try {
