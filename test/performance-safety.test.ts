@@ -319,24 +319,70 @@ describe('counts held in memory', () => {
   });
 });
 
+/** A key owning `count` pastes `<prefix>0000`, … (newest first, a millisecond apart) made now. */
+async function ownerWithPastes(server: TestServer, prefix: string, count: number) {
+  const key = await server.createKey();
+  const ownerId = (await server.services.keys.find(key))?.id as string;
+  const t0 = server.clock.read();
+  await insertPastes(
+    server,
+    Array.from({ length: count }, (_, i) => ({
+      id: `${prefix}${String(i).padStart(4, '0')}`,
+      owner: ownerId,
+      createdAt: t0 - i,
+    })),
+  );
+  const repository = (server.services.pastes as unknown as { pastes: PasteRepository }).pastes;
+  return { ownerId, t0, repository };
+}
+
 describe('list paging from anchors', () => {
+  it('on PostgreSQL, a recount done ahead that failed, or that a paste has expired since, is never the one that answers', {
+    skip: !ON_POSTGRES && 'SQLite keeps them until this process changes the list',
+  }, async () => {
+    const server = await startServer();
+    try {
+      const { ownerId, t0, repository } = await ownerWithPastes(server, 'F', 30);
+      // The second count fails; the fifth waits until the test lets it go.
+      let counts = 0;
+      let release = () => {};
+      const held = new Promise<void>((resolve) => {
+        release = resolve;
+      });
+      const spied = Object.create(repository) as PasteRepository;
+      spied.countOwned = async (...args) => {
+        counts++;
+        if (counts === 2) throw new Error('count failed');
+        if (counts === 5) await held;
+        return repository.countOwned(...args);
+      };
+      const listing = new OwnerListing(spied);
+      assert.equal(await listing.total(ownerId, t0), 30);
+      assert.equal(await listing.total(ownerId, t0 + 800), 30); // the recount ahead starts, and fails
+      await new Promise((resolve) => setTimeout(resolve, 20));
+      assert.equal(await listing.total(ownerId, t0 + 1100), 30, 'the failed recount is not put in place');
+      assert.equal(counts, 3);
+      // A paste expiring at t0 + 2000 cuts the entry counted at t0 + 1200 short; the recount
+      // ahead from t0 + 1960 still counts it, and is still under way after the expiry.
+      await insertPastes(server, [{ id: 'F_exp', owner: ownerId, createdAt: t0 + 1, expiresAt: t0 + 2000 }]);
+      listing.forget(ownerId);
+      assert.equal(await listing.total(ownerId, t0 + 1200), 31);
+      assert.equal(await listing.total(ownerId, t0 + 1960), 31);
+      assert.equal(counts, 5);
+      const afterExpiry = listing.total(ownerId, t0 + 2050);
+      release();
+      assert.equal(await afterExpiry, 30, 'the paste expired at t0 + 2000 is not counted');
+      assert.equal(counts, 6);
+    } finally {
+      await server.close();
+    }
+  });
   it('on PostgreSQL, a kept count and its anchors are computed again ahead while they still answer, and never answer past a second', {
     skip: !ON_POSTGRES && 'SQLite keeps them until this process changes the list',
   }, async () => {
     const server = await startServer();
     try {
-      const key = await server.createKey();
-      const ownerId = (await server.services.keys.find(key))?.id as string;
-      const t0 = server.clock.read();
-      await insertPastes(
-        server,
-        Array.from({ length: 250 }, (_, i) => ({
-          id: `R${String(i).padStart(4, '0')}`,
-          owner: ownerId,
-          createdAt: t0 - i,
-        })),
-      );
-      const repository = (server.services.pastes as unknown as { pastes: PasteRepository }).pastes;
+      const { ownerId, t0, repository } = await ownerWithPastes(server, 'R', 250);
       // Counts the computations that start and those that have ended (the repository is real).
       const started = { counts: 0, anchors: 0 };
       let settled = 0;

@@ -41,6 +41,8 @@ interface Entry {
   pages: Map<string, { epoch: number; items: OwnedListItem[] }>;
   /** Its successor, once being computed (see refreshAhead). */
   successor: Entry | null;
+  /** Its count or anchors failed: never put in the cache again. */
+  failed: boolean;
 }
 
 export class OwnerListing {
@@ -130,7 +132,7 @@ export class OwnerListing {
     const successor = cached?.successor;
     if (cached) this.forget(ownerKeyId);
     // Run out while its successor is still being computed: that one is awaited, not a third.
-    if (successor && now >= successor.at && now < successor.until) {
+    if (successor && !successor.failed && now >= successor.at && now < successor.until) {
       this.cache.set(ownerKeyId, successor);
       return successor;
     }
@@ -153,6 +155,7 @@ export class OwnerListing {
       anchors: null,
       pages: new Map(),
       successor: null,
+      failed: false,
     };
     entry.total = this.pastes.countOwned(ownerKeyId, now).then(({ total, nextExpiry }) => {
       if (nextExpiry !== null) entry.until = Math.min(entry.until, nextExpiry);
@@ -169,6 +172,9 @@ export class OwnerListing {
    */
   private refreshAhead(ownerKeyId: string, current: Entry, now: number): void {
     const next = this.computed(ownerKeyId, now);
+    // An entry cut short by an expiry: its successor, computed before that expiry, counts the
+    // paste too (its own count would cut it there as well, once done).
+    if (current.until < current.at + KEEP_MS) next.until = Math.min(next.until, current.until);
     current.successor = next;
     next.total.catch(() => this.drop(ownerKeyId, next));
     if (current.anchors !== null) this.anchorsOf(ownerKeyId, next);
@@ -198,6 +204,7 @@ export class OwnerListing {
 
   /** A failed computation is not kept: the next request tries again. */
   private drop(ownerKeyId: string, entry: Entry): void {
+    entry.failed = true;
     if (this.cache.get(ownerKeyId) === entry) this.forget(ownerKeyId);
   }
 }

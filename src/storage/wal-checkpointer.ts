@@ -68,6 +68,7 @@ if (process.platform === 'linux') {
 }
 let frames = 0;
 let resting = 0;
+let sinceRest = Infinity;
 function checkpoint() {
   if (resting > 0) {
     resting--;
@@ -78,8 +79,13 @@ function checkpoint() {
     frames += result.checkpointed > 0 ? result.checkpointed : 0;
     // Past the restart size the server's connection checkpoints at its next commit, and that
     // restarts the log; it skips its turn if this thread holds the checkpoint lock then, so this
-    // thread leaves it the lock for a few ticks.
-    if (result.log >= workerData.restartPages) resting = workerData.restTicks;
+    // thread leaves it the lock for a few ticks. Not after every pass: while a long reader holds
+    // the restart back the log stays long, and the copying is this thread's to do.
+    sinceRest++;
+    if (result.log >= workerData.restartPages && sinceRest > 5) {
+      resting = workerData.restTicks;
+      sinceRest = 0;
+    }
   } catch {
     // Busy or out of reach this time: the next tick tries again.
   }
