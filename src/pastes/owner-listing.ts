@@ -95,7 +95,7 @@ export class OwnerListing {
     offset: number,
   ): Promise<OwnedListItem[]> {
     if (offset < ANCHOR_SPACING) return this.pastes.pageOwned(ownerKeyId, now, limit, offset);
-    const anchors = await (entry.anchors ?? this.anchorsOf(ownerKeyId, entry));
+    const anchors = await this.anchorsOf(ownerKeyId, entry);
     const skipped = Math.min(Math.floor(offset / ANCHOR_SPACING), anchors.length);
     // anchors[k - 1] is the entry at 1-based position k x ANCHOR_SPACING: the ones after it
     // start at offset k x ANCHOR_SPACING.
@@ -125,7 +125,7 @@ export class OwnerListing {
     const cached = this.cache.get(ownerKeyId);
     if (cached && now >= cached.at && now < cached.until) {
       if (cached.successor === null && !this.pastes.soleWriter && now >= cached.at + REFRESH_AFTER_MS) {
-        this.refreshAhead(ownerKeyId, cached, now);
+        void this.refreshAhead(ownerKeyId, cached, now);
       }
       return cached;
     }
@@ -170,7 +170,7 @@ export class OwnerListing {
    * this process, computed before it, must not come back). A failure leaves the entry to run out
    * as it would have.
    */
-  private refreshAhead(ownerKeyId: string, current: Entry, now: number): void {
+  private async refreshAhead(ownerKeyId: string, current: Entry, now: number): Promise<void> {
     const next = this.computed(ownerKeyId, now);
     // An entry cut short by an expiry: its successor, computed before that expiry, counts the
     // paste too (its own count would cut it there as well, once done).
@@ -178,27 +178,24 @@ export class OwnerListing {
     current.successor = next;
     next.total.catch(() => this.drop(ownerKeyId, next));
     if (current.anchors !== null) this.anchorsOf(ownerKeyId, next);
-    next.total.then(
-      () => {
-        if (this.cache.get(ownerKeyId) !== current) return;
-        if (current.anchors !== null && next.anchors === null) this.anchorsOf(ownerKeyId, next);
-        (next.anchors ?? Promise.resolve()).then(
-          () => {
-            if (this.cache.get(ownerKeyId) !== current) return;
-            this.forget(ownerKeyId);
-            this.cache.set(ownerKeyId, next);
-          },
-          () => {},
-        );
-      },
-      () => {},
-    );
+    try {
+      await next.total;
+      if (this.cache.get(ownerKeyId) !== current) return;
+      if (current.anchors !== null) await this.anchorsOf(ownerKeyId, next);
+    } catch {
+      return;
+    }
+    if (this.cache.get(ownerKeyId) !== current) return;
+    this.forget(ownerKeyId);
+    this.cache.set(ownerKeyId, next);
   }
 
-  /** Starts computing the entry's anchors (as of its time); a failure drops it. */
+  /** The entry's anchors (as of its time), computed on first asking; a failure drops it. */
   private anchorsOf(ownerKeyId: string, entry: Entry): Promise<ListPosition[]> {
-    entry.anchors ??= this.pastes.ownerAnchors(ownerKeyId, entry.at, ANCHOR_SPACING);
-    entry.anchors.catch(() => this.drop(ownerKeyId, entry));
+    if (entry.anchors === null) {
+      entry.anchors = this.pastes.ownerAnchors(ownerKeyId, entry.at, ANCHOR_SPACING);
+      entry.anchors.catch(() => this.drop(ownerKeyId, entry));
+    }
     return entry.anchors;
   }
 

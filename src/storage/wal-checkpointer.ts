@@ -51,6 +51,8 @@ const LOG_BYTES_KEPT = 96 * 1024 * 1024;
  * that finds it held gives up at once, and the log would grow on).
  */
 const REST_TICKS = 2;
+/** Passes the thread makes between two rests at least (see the thread's code). */
+const PASSES_BETWEEN_RESTS = 5;
 /** SQLite's own default, restored when the thread is gone. */
 const AUTOCHECKPOINT_PAGES = 1000;
 
@@ -82,7 +84,7 @@ function checkpoint() {
     // thread leaves it the lock for a few ticks. Not after every pass: while a long reader holds
     // the restart back the log stays long, and the copying is this thread's to do.
     sinceRest++;
-    if (result.log >= workerData.restartPages && sinceRest > 5) {
+    if (result.log >= workerData.restartPages && sinceRest > workerData.passesBetweenRests) {
       resting = workerData.restTicks;
       sinceRest = 0;
     }
@@ -121,6 +123,7 @@ export class WalCheckpointer {
         niceness: CHECKPOINT_NICENESS,
         restartPages,
         restTicks: REST_TICKS,
+        passesBetweenRests: PASSES_BETWEEN_RESTS,
       },
     });
     this.worker.unref();
