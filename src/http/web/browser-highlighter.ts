@@ -10,10 +10,9 @@
  */
 import { existsSync, readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
-import hljs from 'highlight.js';
 import { DETECTED_LANGUAGES } from '../../pastes/language.js';
 import { EXTENSION_LANGUAGES } from '../../pastes/uploads.js';
-import { MAX_HIGHLIGHT_BYTES } from './highlight.js';
+import { LANGUAGE_MODULES, MAX_HIGHLIGHT_BYTES } from './highlight.js';
 
 /** The file's name under static/ (in the build) and /static/ (the address). */
 export const BROWSER_HIGHLIGHTER = 'highlight.js';
@@ -23,9 +22,9 @@ const GLOBAL = 'fastpasteHighlight';
 
 /** The highlight.js modules (lib/languages/<name>) that define the languages fastpaste names. */
 export function browserLanguages(): string[] {
-  const wanted = new Set([...DETECTED_LANGUAGES, ...EXTENSION_LANGUAGES].map((name) => hljs.getLanguage(name)));
-  // An alias (html) names the definition of a module (xml), which registers its aliases itself.
-  return hljs.listLanguages().filter((name) => wanted.has(hljs.getLanguage(name)));
+  // An alias (html) names a module (xml), which registers its aliases itself.
+  const modules = [...DETECTED_LANGUAGES, ...EXTENSION_LANGUAGES].map((name) => LANGUAGE_MODULES.get(name));
+  return [...new Set(modules.filter((module) => module !== undefined))].sort();
 }
 
 /** The browser bundle: highlight.js's core, those languages, and the server's size cap. */
