@@ -138,12 +138,11 @@ export class OwnerListing {
     }
     if (this.cache.size >= MAX_OWNERS) this.clear();
     const entry = this.computed(ownerKeyId, now);
-    entry.total.catch(() => this.drop(ownerKeyId, entry));
     this.cache.set(ownerKeyId, entry);
     return entry;
   }
 
-  /** A new entry, its total (and with it its life) being counted. */
+  /** A new entry, its total (and with it its life) being counted; a failed count drops it. */
   private computed(ownerKeyId: string, now: number): Entry {
     // When this process is the only writer (SQLite), nothing but its own changes (which drop the
     // entry) and expiry can move the list: the entry is kept until one of those.
@@ -161,6 +160,7 @@ export class OwnerListing {
       if (nextExpiry !== null) entry.until = Math.min(entry.until, nextExpiry);
       return total;
     });
+    entry.total.catch(() => this.drop(ownerKeyId, entry));
     return entry;
   }
 
@@ -176,7 +176,6 @@ export class OwnerListing {
     // paste too (its own count would cut it there as well, once done).
     if (current.until < current.at + KEEP_MS) next.until = Math.min(next.until, current.until);
     current.successor = next;
-    next.total.catch(() => this.drop(ownerKeyId, next));
     if (current.anchors !== null) this.anchorsOf(ownerKeyId, next);
     try {
       await next.total;

@@ -88,8 +88,8 @@ function load(core: Core, module: string): void {
     return;
   }
   for (const name of embedded) {
-    const module = LANGUAGE_MODULES.get(name.toLowerCase());
-    if (module) load(core, module);
+    const embeddedModule = LANGUAGE_MODULES.get(name.toLowerCase());
+    if (embeddedModule) load(core, embeddedModule);
   }
 }
 
@@ -97,7 +97,7 @@ function load(core: Core, module: string): void {
  * The highlight.js module of a language name or alias, registered with the core (with what it
  * embeds); null when highlight.js has no such language or its module would not load.
  */
-export function highlightModule(language: string, core: Core = hljs): string | null {
+function highlightModule(language: string, core: Core = hljs): string | null {
   const module = LANGUAGE_MODULES.get(language.toLowerCase());
   if (module === undefined) return null;
   try {
