@@ -27,14 +27,19 @@ const sha256 = (text: string) => createHash('sha256').update(text).digest('hex')
 const ON_POSTGRES = Boolean(process.env.TEST_DATABASE_URL);
 
 /** Plain pastes `<prefix>00000`, `<prefix>00001`, … made now; returns their ids. */
-async function insertNumberedPastes(server: TestServer, prefix: string, count: number): Promise<string[]> {
+/** Inserts `count` pastes made now; returns their ids and when they were made (for counting views). */
+async function insertNumberedPastes(
+  server: TestServer,
+  prefix: string,
+  count: number,
+): Promise<{ ids: string[]; createdAt: number }> {
   const now = server.clock.read();
   const ids = Array.from({ length: count }, (_, i) => `${prefix}${String(i).padStart(5, '0')}`);
   await insertPastes(
     server,
     ids.map((id) => ({ id, createdAt: now })),
   );
-  return ids;
+  return { ids, createdAt: now };
 }
 
 /** The view counts written to the database, by paste id. */
@@ -963,14 +968,14 @@ describe('view counts kept apart from the pastes', () => {
   it('a flush of thousands of pastes writes every count once, and reads during it never lose a view', async () => {
     const server = await startServer();
     try {
-      const ids = await insertNumberedPastes(server, 'V', 2500);
+      const { ids, createdAt } = await insertNumberedPastes(server, 'V', 2500);
       const views = server.services.pastes.views;
       // Paste i is seen 1 + i % 3 times; one id that is not a paste is seen too (not written).
       const expected = (i: number) => 1 + (i % 3);
       ids.forEach((id, i) => {
-        for (let n = 0; n < expected(i); n++) views.add(id);
+        for (let n = 0; n < expected(i); n++) views.add(id, createdAt);
       });
-      views.add('not-a-paste');
+      views.add('not-a-paste', createdAt);
       const stored = () => storedViews(server);
       const flushing = views.flush();
       // While the flush goes on, written + not yet written is never less than the whole count;
@@ -1012,7 +1017,7 @@ describe('view counts kept apart from the pastes', () => {
     const first = await startServer();
     const second = await startServer({ databaseUrl: first.databaseUrl });
     try {
-      const ids = await insertNumberedPastes(first, 'D', 1000);
+      const { ids, createdAt } = await insertNumberedPastes(first, 'D', 1000);
       const a = first.services.pastes.views;
       const b = second.services.pastes.views;
       const rounds = 8;
@@ -1021,8 +1026,8 @@ describe('view counts kept apart from the pastes', () => {
         // even ones: written grouped by count, each would lock its first group's rows, then
         // wait for the rows the other locked first.
         ids.forEach((id, i) => {
-          for (let n = 0; n < 1 + (i % 2); n++) a.add(id);
-          if (i > 0) for (let n = 0; n < 2 - (i % 2); n++) b.add(id);
+          for (let n = 0; n < 1 + (i % 2); n++) a.add(id, createdAt);
+          if (i > 0) for (let n = 0; n < 2 - (i % 2); n++) b.add(id, createdAt);
         });
         await Promise.all([a.flush(), b.flush()]);
         for (const id of ids) assert.equal(a.unwritten(id) + b.unwritten(id), 0, `${id} left unwritten`);
@@ -1039,13 +1044,13 @@ describe('view counts kept apart from the pastes', () => {
   it('flushes called while one runs wait their turn: each returns with every view counted before it written', async () => {
     const server = await startServer();
     try {
-      const ids = await insertNumberedPastes(server, 'W', 900);
+      const { ids, createdAt } = await insertNumberedPastes(server, 'W', 900);
       const views = server.services.pastes.views;
       const stored = () => storedViews(server);
       const seen = new Map<string, number>();
       const see = (from: number, to: number) => {
         for (const id of ids.slice(from, to)) {
-          views.add(id);
+          views.add(id, createdAt);
           seen.set(id, (seen.get(id) ?? 0) + 1);
         }
       };
@@ -1121,7 +1126,7 @@ describe('view counts kept apart from the pastes', () => {
         else {
           // A list read while the flush is writing: 600 more counted ids (not pastes) make it
           // three chunks, and the read comes after the first, while the epoch is null.
-          for (let i = 0; i < 600; i++) views.add(`not-a-paste-${round}-${i}`);
+          for (let i = 0; i < 600; i++) views.add(`not-a-paste-${round}-${i}`, 1);
           const flushing = views.flush();
           assert.equal(views.writtenEpoch(), null, 'the flush is still writing');
           const during = await server.services.pastes.list(ownerId, 1, 20);
@@ -1251,6 +1256,33 @@ describe('view counts kept apart from the pastes', () => {
       for (let i = 0; i < 2; i++) assert.equal((await request(`${server.url}/raw/left-behind`)).status, 200);
       await views.flush();
       assert.equal((await storedViews(server)).get('left-behind'), 6); // 3 + the read by id + 2
+    } finally {
+      await server.close();
+    }
+  });
+
+  it('a view counted just before its paste is deleted is not given to a paste made again under its slug', async () => {
+    const server = await startServer();
+    try {
+      const key = await server.createKey();
+      const views = server.services.pastes.views;
+      assert.equal(await createPaste(server, key, { content: 'old', slug: 'read-then-gone' }), 'read-then-gone');
+      assert.equal((await request(`${server.url}/raw/read-then-gone`)).status, 200);
+      const gone = await request(`${server.url}/api/v1/paste/read-then-gone`, {
+        method: 'DELETE',
+        headers: { 'x-api-key': key },
+      });
+      assert.equal(gone.status, 200, gone.text);
+      server.clock.advance(60_000);
+      assert.equal(await createPaste(server, key, { content: 'new', slug: 'read-then-gone' }), 'read-then-gone');
+      // The old paste's view, still waiting to be written, is written after the new paste exists:
+      // it stays the old paste's (its created_at), which the new paste does not take.
+      await views.flush();
+      const read = await request(`${server.url}/api/v1/paste/read-then-gone`, { headers: { 'x-api-key': key } });
+      assert.equal(read.body.data.content, 'new');
+      assert.equal(read.body.data.view_count, 1, 'its own read only');
+      await views.flush();
+      assert.equal((await storedViews(server)).get('read-then-gone'), 1);
     } finally {
       await server.close();
     }

@@ -2579,7 +2579,7 @@ describe('properties: view counts kept off the heap', () => {
     fc.constantFrom('aé', 'a€b', '日本', 'a', 'ab', 'abc', 'abcd', 'abcde'),
   );
   const op = fc.oneof(
-    fc.record({ add: id, n: fc.integer({ min: 1, max: 5 }) }),
+    fc.record({ add: id, n: fc.integer({ min: 1, max: 5 }), createdAt: fc.integer({ min: 1, max: 4 }) }),
     fc.record({ get: id }),
     fc.record({ clear: fc.constant(true) }),
   );
@@ -2593,7 +2593,7 @@ describe('properties: view counts kept off the heap', () => {
     for (let i = 0; i < 5_000; i++) {
       const id = `my-${randomBytes(6).toString('base64url')}`;
       burst.set(id, (burst.get(id) ?? 0) + 1 + (i % 3));
-      table.add(id, 1 + (i % 3));
+      table.add(id, 1 + (i % 3), 1);
     }
     assert.deepEqual(listed(), [...burst].sort(byBytes));
     for (let round = 0; round < 4; round++) {
@@ -2602,32 +2602,36 @@ describe('properties: view counts kept off the heap', () => {
       for (let i = 0; i < 100; i++) {
         const id = `my-${round}-${i}`;
         few.set(id, i + 1);
-        assert.equal(table.add(id, i + 1), i + 1);
+        assert.equal(table.add(id, i + 1, 1), i + 1);
       }
       assert.equal(table.get('my-0-0'), round === 0 ? 1 : 0);
       assert.deepEqual(listed(), [...few].sort(byBytes));
     }
   });
 
-  it('ViewTable counts as a Map does, and lists its ids in the byte order of their UTF-8', () => {
+  it('ViewTable counts as a Map does, keeps the newest created_at of each id, and lists its ids in the byte order of their UTF-8', () => {
     fc.assert(
       fc.property(fc.array(op, { maxLength: 400, size: 'max' }), (ops) => {
         const table = new ViewTable(16);
-        const model = new Map<string, number>();
+        const model = new Map<string, [number, number]>();
         for (const o of ops) {
           if ('add' in o) {
-            const want = (model.get(o.add) ?? 0) + o.n;
-            model.set(o.add, want);
-            assert.equal(table.add(o.add, o.n), want);
+            const [count, createdAt] = model.get(o.add) ?? [0, 0];
+            const want = count + o.n;
+            model.set(o.add, [want, Math.max(createdAt, o.createdAt)]);
+            assert.equal(table.add(o.add, o.n, o.createdAt), want);
           } else if ('get' in o) {
-            assert.equal(table.get(o.get), model.get(o.get) ?? 0);
+            assert.equal(table.get(o.get), model.get(o.get)?.[0] ?? 0);
           } else {
             table.clear();
             model.clear();
           }
         }
         assert.equal(table.size, model.size);
-        const listed = [...table.sortedSlots()].map((slot) => [table.idAt(slot), table.countAt(slot)]);
+        const listed = [...table.sortedSlots()].map((slot) => [
+          table.idAt(slot),
+          [table.countAt(slot), table.createdAtOf(slot)],
+        ]);
         const want = [...model].sort((a, b) => Buffer.compare(Buffer.from(a[0]), Buffer.from(b[0])));
         assert.deepEqual(listed, want);
       }),

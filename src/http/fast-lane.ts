@@ -96,7 +96,7 @@ export class FastLane {
     // The view is counted once the page is built: a build that throws hands the request to
     // Fastify, which counts it itself.
     const parts = this.deps.readPage(this.deps.pastes.readOf(paste));
-    this.deps.pastes.countView(paste.id);
+    this.deps.pastes.countView(paste);
     let length = 0;
     for (const part of parts) length += typeof part === 'string' ? Buffer.byteLength(part) : part.length;
     res.writeHead(200, Object.assign({}, HTML_HEADERS, { 'content-length': length }));
@@ -142,9 +142,9 @@ export class FastLane {
     // Fastify with neither its quota nor its view counted here.
     const body = this.detailBody(paste);
     const quotaHeaders = this.deps.quota.consumeNow(subject, key.limits);
-    if (quotaHeaders) return this.sendDetail(req, res, paste.id, body, started, quotaHeaders);
+    if (quotaHeaders) return this.sendDetail(req, res, paste, body, started, quotaHeaders);
     return this.deps.quota.consume(subject, key.limits).then(
-      (counted) => this.sendDetail(req, res, paste.id, body, started, counted),
+      (counted) => this.sendDetail(req, res, paste, body, started, counted),
       () => false, // a 429 (its count given back) or a store down: Fastify answers it
     );
   }
@@ -158,13 +158,13 @@ export class FastLane {
   private sendDetail(
     req: IncomingMessage,
     res: ServerResponse,
-    id: string,
+    paste: Paste,
     body: string,
     started: bigint,
     quotaHeaders: Record<string, string>,
   ): true {
     this.send(req, res, JSON_HEADERS, body, started, quotaHeaders);
-    this.deps.pastes.countView(id);
+    this.deps.pastes.countView(paste);
     return true;
   }
 

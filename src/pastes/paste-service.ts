@@ -186,7 +186,7 @@ export class PasteService {
       if (consumed.ownerKeyId) this.listing.forget(consumed.ownerKeyId);
       return { paste: { ...consumed, viewCount: consumed.viewCount + 1 }, burned: true };
     }
-    this.views.add(id);
+    this.views.add(id, paste.createdAt);
     // peek() already counted the views not yet written; this one is added here.
     return { paste: { ...paste, viewCount: paste.viewCount + 1 }, burned: false };
   }
@@ -228,7 +228,7 @@ export class PasteService {
 
   private countPlain(id: string, live: LiveContent | null | undefined): string | null {
     if (!live || live.passwordProtected || live.burnAfterRead) return null;
-    this.views.add(id);
+    this.views.add(id, live.createdAt);
     return live.content;
   }
 
@@ -242,8 +242,8 @@ export class PasteService {
   }
 
   /** Counts the view that readOf showed. */
-  countView(id: string): void {
-    this.views.add(id);
+  countView(paste: Paste): void {
+    this.views.add(paste.id, paste.createdAt);
   }
 
   private async checkPassword(paste: Paste, mode: ReadMode, options: ReadOptions): Promise<void> {

@@ -11,7 +11,7 @@
  * read during a flush shows at least every view counted before it began. A crash loses at most the last second of counts; a burn (which must be exact)
  * never goes through here.
  */
-import type { PasteRepository } from '../storage/paste-repository.js';
+import type { PasteRepository, ViewChunk } from '../storage/paste-repository.js';
 import { ViewTable } from './view-table.js';
 
 /** Pastes whose views are written in one statement or transaction (under 1 ms). */
@@ -46,9 +46,13 @@ export class ViewCounter {
     private readonly intervalMs = 1000,
   ) {}
 
-  /** Counts one view and returns how many of this paste's views are not yet written. */
-  add(id: string): number {
-    const count = this.pending.add(id, 1);
+  /**
+   * Counts one view of the paste `id` made at `createdAt` (which the flush writes with the count,
+   * so that it need not read the paste's row again); returns how many of this id's views are not
+   * yet written.
+   */
+  add(id: string, createdAt: number): number {
+    const count = this.pending.add(id, 1, createdAt);
     this.schedule();
     return count;
   }
@@ -126,15 +130,18 @@ export class ViewCounter {
       for (let i = 0; i < slots.length; i += CHUNK) {
         if (i > 0) await new Promise((resolve) => setImmediate(resolve));
         const end = Math.min(i + CHUNK, slots.length);
-        const chunk: Array<[string, number]> = [];
-        for (let j = i; j < end; j++) chunk.push([batch.idAt(slots[j] as number), batch.countAt(slots[j] as number)]);
+        const chunk: ViewChunk = [];
+        for (let j = i; j < end; j++) {
+          const slot = slots[j] as number;
+          chunk.push([batch.idAt(slot), batch.countAt(slot), batch.createdAtOf(slot)]);
+        }
         if (!this.pastes.addViewsNow(chunk)) {
           await this.pastes.addViews(chunk);
           // Committed: kept for reads begun before, in the same step as the counts leave the
           // batch (see the top). Not on SQLite, whose reads never straddle a commit.
           if (!this.pastes.soleWriter) {
             written ??= this.writtenTable();
-            for (const [id, n] of chunk) written.table.add(id, n);
+            for (const [id, n, createdAt] of chunk) written.table.add(id, n, createdAt);
             written.lastCommit = performance.now();
           }
         }
@@ -143,7 +150,7 @@ export class ViewCounter {
     } catch {
       for (const slot of slots) {
         const n = batch.countAt(slot);
-        if (n > 0) this.pending.add(batch.idAt(slot), n);
+        if (n > 0) this.pending.add(batch.idAt(slot), n, batch.createdAtOf(slot));
       }
       this.schedule();
     }

@@ -11,7 +11,8 @@
  *
  * Open addressing with linear probing over a power-of-two number of slots, at most half full
  * (the table doubles before that). A slot holds the id's hash (0: empty), where its UTF-8 bytes
- * are in the arena, and its count. Entries are never removed one by one: the table is cleared as
+ * are in the arena, its count, and the created_at of the paste it counts (the newest, should the
+ * id's paste be deleted and made again while its views wait). Entries are never removed one by one: the table is cleared as
  * a whole once its counts are written. Ids are well-formed strings (D9 ids are ASCII); one with a
  * lone surrogate would not find its own entry again.
  */
@@ -23,6 +24,7 @@ export class ViewTable {
   private offsets!: Uint32Array;
   private lengths!: Uint16Array;
   private counts!: Float64Array;
+  private createdAts!: Float64Array;
   /** Occupied slots in the order they were filled (for clearing and listing without a scan). */
   private filled!: Int32Array;
   private arena: Buffer;
@@ -36,13 +38,16 @@ export class ViewTable {
     this.arena = Buffer.allocUnsafe(capacity * 8);
   }
 
-  /** Adds `n` views to `id`; returns its count now. */
-  add(id: string, n: number): number {
+  /** Adds `n` views to `id`, of the paste made at `createdAt`; returns its count now. */
+  add(id: string, n: number, createdAt: number): number {
     const hash = hashOf(id);
     let slot = this.find(id, hash);
     if (slot < 0) {
       if (this.size + 1 > (this.mask + 1) / 2) this.grow();
       slot = this.insert(id, hash);
+      this.createdAts[slot] = createdAt;
+    } else if (createdAt > (this.createdAts[slot] as number)) {
+      this.createdAts[slot] = createdAt;
     }
     const count = (this.counts[slot] as number) + n;
     this.counts[slot] = count;
@@ -89,6 +94,11 @@ export class ViewTable {
 
   countAt(slot: number): number {
     return this.counts[slot] as number;
+  }
+
+  /** The created_at of the paste whose views a slot counts. */
+  createdAtOf(slot: number): number {
+    return this.createdAts[slot] as number;
   }
 
   setCount(slot: number, n: number): void {
@@ -168,7 +178,13 @@ export class ViewTable {
 
   /** Twice the slots, the entries placed again (their bytes stay where they are in the arena). */
   private grow(): void {
-    const old = { hashes: this.hashes, offsets: this.offsets, lengths: this.lengths, counts: this.counts };
+    const old = {
+      hashes: this.hashes,
+      offsets: this.offsets,
+      lengths: this.lengths,
+      counts: this.counts,
+      createdAts: this.createdAts,
+    };
     const oldFilled = this.filled;
     const size = this.size;
     this.allocate((this.mask + 1) * 2);
@@ -180,6 +196,7 @@ export class ViewTable {
       this.offsets[slot] = old.offsets[from] as number;
       this.lengths[slot] = old.lengths[from] as number;
       this.counts[slot] = old.counts[from] as number;
+      this.createdAts[slot] = old.createdAts[from] as number;
       this.filled[i] = slot;
     }
   }
@@ -191,6 +208,7 @@ export class ViewTable {
     this.offsets = new Uint32Array(capacity);
     this.lengths = new Uint16Array(capacity);
     this.counts = new Float64Array(capacity);
+    this.createdAts = new Float64Array(capacity);
     this.filled = new Int32Array(capacity / 2);
     this.sortKeys = new Float64Array(capacity / 2);
   }
