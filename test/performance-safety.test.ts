@@ -7,6 +7,7 @@ import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import { statSync } from 'node:fs';
 import { request as httpRequest } from 'node:http';
+import net from 'node:net';
 import { describe, it } from 'node:test';
 import { sql } from 'kysely';
 import pg from 'pg';
@@ -613,6 +614,53 @@ describe('the fast lane', () => {
       const protectedApi = await fetch(`${server.url}/api/v1/paste/${protectedId}`, { headers: { 'x-api-key': key } });
       assert.equal(protectedApi.status, 403);
       assert.equal(fastLines(), before);
+    } finally {
+      await server.close();
+    }
+  });
+
+  it('answers requests pipelined on one connection in their order, lane and framework mixed', async () => {
+    const server = await startServer();
+    try {
+      const key = await server.createKey({ hourly: 1000 });
+      const a = await createPaste(server, key, { content: 'first paste' });
+      const b = await createPaste(server, key, { content: 'second paste' });
+      await request(`${server.url}/api/v1/paste/${b}`, { headers: { 'x-api-key': key } }); // the key looked up
+      const paths = [`/raw/${a}`, `/api/v1/paste/${b}`, '/raw/nope-not-here', `/view/${a}`, `/raw/${b}`, `/raw/${a}?q`];
+      const socket = net.connect(Number(new URL(server.url).port), '127.0.0.1');
+      socket.write(
+        paths.map((path) => `GET ${path} HTTP/1.1\r\nHost: 127.0.0.1\r\nX-API-Key: ${key}\r\n\r\n`).join(''),
+      );
+      // Read answers off the stream by their Content-Length until all six are in.
+      let buffered = Buffer.alloc(0);
+      const answers: Array<{ status: number; body: string }> = [];
+      for await (const chunk of socket) {
+        buffered = Buffer.concat([buffered, chunk as Buffer]);
+        for (;;) {
+          const end = buffered.indexOf('\r\n\r\n');
+          if (end < 0) break;
+          const head = buffered.subarray(0, end).toString('latin1');
+          const length = Number(/content-length: (\d+)/i.exec(head)?.[1]);
+          if (buffered.length < end + 4 + length) break;
+          answers.push({
+            status: Number(head.split(' ')[1]),
+            body: buffered.subarray(end + 4, end + 4 + length).toString('utf8'),
+          });
+          buffered = buffered.subarray(end + 4 + length);
+        }
+        if (answers.length === paths.length) break;
+      }
+      socket.destroy();
+      assert.deepEqual(
+        answers.map((answer) => answer.status),
+        [200, 200, 404, 200, 200, 200],
+      );
+      assert.equal(answers[0]?.body, 'first paste');
+      assert.equal(JSON.parse(answers[1]?.body as string).data.content, 'second paste');
+      assert.equal(JSON.parse(answers[2]?.body as string).code, 'not_found');
+      assert.match(answers[3]?.body as string, /first paste/);
+      assert.equal(answers[4]?.body, 'second paste');
+      assert.equal(answers[5]?.body, 'first paste');
     } finally {
       await server.close();
     }

@@ -17,6 +17,7 @@ import type { QuotaService } from '../keys/quota-service.js';
 import type { Paste } from '../pastes/paste.js';
 import type { PastePresenter } from '../pastes/paste-presenter.js';
 import type { PasteService, Read } from '../pastes/paste-service.js';
+import { ResponseBatch } from './response-batch.js';
 import { SECURITY_HEADERS } from './security-headers.js';
 
 export interface FastLaneDeps {
@@ -51,6 +52,9 @@ const HTML_HEADERS = { ...SECURITY_HEADERS, 'content-type': 'text/html; charset=
 export class FastLane {
   /** Set when the server starts closing: from then on Fastify answers (503) every request. */
   closing = false;
+
+  /** The lane's answers are ended together once per turn of the event loop (response-batch.ts). */
+  private readonly batch = new ResponseBatch();
 
   constructor(private readonly deps: FastLaneDeps) {}
 
@@ -100,11 +104,7 @@ export class FastLane {
     let length = 0;
     for (const part of parts) length += typeof part === 'string' ? Buffer.byteLength(part) : part.length;
     res.writeHead(200, Object.assign({}, HTML_HEADERS, { 'content-length': length }));
-    // One writev for the parts: end() uncorks what cork() held.
-    res.cork();
-    for (let i = 0; i < parts.length - 1; i++) res.write(parts[i]);
-    res.end(parts[parts.length - 1]);
-    this.logCompleted(req, started);
+    this.batch.end(res, parts, this.completion(req, started));
     return true;
   }
 
@@ -178,19 +178,20 @@ export class FastLane {
   ): void {
     // One copy of the headers per answer (an object spread here kept them past the young generation).
     res.writeHead(200, Object.assign({}, headers, extraHeaders, { 'content-length': Buffer.byteLength(body) }));
-    res.end(body);
-    this.logCompleted(req, started);
+    this.batch.end(res, body, this.completion(req, started));
   }
 
-  private logCompleted(req: IncomingMessage, started: bigint): void {
+  /** What logs the answer once it is ended (as Fastify logs its own), or null when nothing would. */
+  private completion(req: IncomingMessage, started: bigint): (() => void) | null {
     const logger = this.deps.logger;
-    if (logger?.isLevelEnabled('info')) {
+    if (!logger?.isLevelEnabled('info')) return null;
+    return () => {
       const responseTime = Number(process.hrtime.bigint() - started) / 1e6;
       logger.info(
         { req: { method: req.method, url: req.url }, res: { statusCode: 200 }, responseTime, lane: 'fast' },
         'request completed',
       );
-    }
+    };
   }
 }
 
