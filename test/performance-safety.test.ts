@@ -1309,7 +1309,7 @@ describe('view counts kept apart from the pastes', () => {
     }
   });
 
-  it('a view counted just before its paste is deleted is not given to a paste made again under its slug', async () => {
+  it('views of a deleted paste not yet written are neither shown on nor given to a paste made again under its slug', async () => {
     const server = await startServer();
     try {
       const key = await server.createKey();
@@ -1323,14 +1323,47 @@ describe('view counts kept apart from the pastes', () => {
       assert.equal(gone.status, 200, gone.text);
       server.clock.advance(60_000);
       assert.equal(await createPaste(server, key, { content: 'new', slug: 'read-then-gone' }), 'read-then-gone');
-      // The old paste's view, still waiting to be written, is written after the new paste exists:
-      // it stays the old paste's (its created_at), which the new paste does not take.
-      await views.flush();
-      const read = await request(`${server.url}/api/v1/paste/read-then-gone`, { headers: { 'x-api-key': key } });
-      assert.equal(read.body.data.content, 'new');
-      assert.equal(read.body.data.view_count, 1, 'its own read only');
+      const byId = async () =>
+        (await request(`${server.url}/api/v1/paste/read-then-gone`, { headers: { 'x-api-key': key } })).body.data;
+      // Read before the old paste's view would have been written, and after: its own reads only.
+      const first = await byId();
+      assert.equal(first.content, 'new');
+      assert.equal(first.view_count, 1, 'its own read only, before the flush');
       await views.flush();
       assert.equal((await storedViews(server)).get('read-then-gone'), 1);
+      assert.equal((await byId()).view_count, 2, 'and after it');
+    } finally {
+      await server.close();
+    }
+  });
+
+  it('a late count of a deleted paste stamped by a clock ahead does not keep a paste made again under its id from being counted', async () => {
+    const server = await startServer();
+    try {
+      const key = await server.createKey();
+      assert.equal(await createPaste(server, key, { content: 'counted', slug: 'clock-ahead' }), 'clock-ahead');
+      const created = server.clock.read();
+      // What another instance, its clock 10 s ahead, leaves when it counted the slug's earlier
+      // paste just before its deletion and wrote the count after this one was made.
+      await server.sql(
+        `INSERT INTO paste_views (paste_id, created_at, views) VALUES ('clock-ahead', ${created + 10_000}, 5)`,
+      );
+      for (let i = 0; i < 2; i++) assert.equal((await request(`${server.url}/raw/clock-ahead`)).status, 200);
+      await server.services.pastes.views.flush();
+      const [row] = await server.sql<{ views: number; created_at: number }>(
+        "SELECT views, created_at FROM paste_views WHERE paste_id = 'clock-ahead'",
+      );
+      assert.deepEqual(
+        [Number(row?.views), Number(row?.created_at)],
+        [2, created],
+        'the live paste takes the row over',
+      );
+      // And a late count of the old paste now leaves the live paste's row alone.
+      server.services.pastes.views.add('clock-ahead', created + 10_000);
+      await server.services.pastes.views.flush();
+      assert.equal((await storedViews(server)).get('clock-ahead'), 2);
+      const read = await request(`${server.url}/api/v1/paste/clock-ahead`, { headers: { 'x-api-key': key } });
+      assert.equal(read.body.data.view_count, 3);
     } finally {
       await server.close();
     }

@@ -2581,6 +2581,7 @@ describe('properties: view counts kept off the heap', () => {
   const op = fc.oneof(
     fc.record({ add: id, n: fc.integer({ min: 1, max: 5 }), createdAt: fc.integer({ min: 1, max: 4 }) }),
     fc.record({ get: id }),
+    fc.record({ forget: id }),
     fc.record({ clear: fc.constant(true) }),
   );
 
@@ -2609,7 +2610,7 @@ describe('properties: view counts kept off the heap', () => {
     }
   });
 
-  it('ViewTable counts as a Map does, keeps the newest created_at of each id, and lists its ids in the byte order of their UTF-8', () => {
+  it('ViewTable counts as a Map does, keeps the newest created_at of each id, forgets, and lists its ids in the byte order of their UTF-8', () => {
     fc.assert(
       fc.property(fc.array(op, { maxLength: 400, size: 'max' }), (ops) => {
         const table = new ViewTable(16);
@@ -2621,7 +2622,14 @@ describe('properties: view counts kept off the heap', () => {
             model.set(o.add, [want, Math.max(createdAt, o.createdAt)]);
             assert.equal(table.add(o.add, o.n, o.createdAt), want);
           } else if ('get' in o) {
-            assert.equal(table.get(o.get), model.get(o.get)?.[0] ?? 0);
+            const [count, createdAt] = model.get(o.get) ?? [0, 0];
+            assert.equal(table.get(o.get), count);
+            assert.equal(table.get(o.get, createdAt), count, 'its own paste');
+            assert.equal(table.get(o.get, createdAt + 1), 0, "another paste's");
+          } else if ('forget' in o) {
+            table.forget(o.forget);
+            const kept = model.get(o.forget);
+            if (kept) model.set(o.forget, [0, kept[1]]);
           } else {
             table.clear();
             model.clear();

@@ -47,10 +47,15 @@ export class ResponseBatch {
     for (const { res, body, ended } of batch) {
       try {
         endWith(res, body);
-        ended?.();
       } catch (err) {
         // Not expected (the head is already written); the connection cannot be answered now.
         res.destroy(err as Error);
+        continue;
+      }
+      try {
+        ended?.();
+      } catch {
+        // A log that fails leaves the answer, already ended, alone.
       }
     }
     batch.length = 0;

@@ -164,7 +164,7 @@ export class PasteService {
    * there added (see ViewCounter).
    */
   private withUnwritten(paste: Paste, mark: number): Paste {
-    paste.viewCount += this.views.unwrittenSince(paste.id, mark);
+    paste.viewCount += this.views.unwrittenSince(paste.id, paste.createdAt, mark);
     return paste;
   }
 
@@ -319,6 +319,7 @@ export class PasteService {
       throw new AppError('forbidden', 'This paste was not created with your API key.');
     }
     if (!(await this.pastes.deleteOwned(id, ownerKeyId, this.clock()))) throw notFound();
+    this.views.forget(id);
     this.listing.forget(ownerKeyId);
   }
 
@@ -330,7 +331,7 @@ export class PasteService {
       this.listing.page(ownerKeyId, now, limit, (page - 1) * limit),
       this.listing.total(ownerKeyId, now),
     ]);
-    for (const item of items) item.viewCount += this.views.unwrittenSince(item.id, mark);
+    for (const item of items) item.viewCount += this.views.unwrittenSince(item.id, item.createdAt, mark);
     return { items, total };
   }
 

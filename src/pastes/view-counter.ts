@@ -57,6 +57,15 @@ export class ViewCounter {
     return count;
   }
 
+  /**
+   * Drops the views of `id` not yet written (its paste was deleted here), so that they are
+   * neither written nor shown on a paste made again under the id.
+   */
+  forget(id: string): void {
+    this.pending.forget(id);
+    this.writing.forget(id);
+  }
+
   /** Views counted but not yet written. */
   unwritten(id: string): number {
     return this.pending.get(id) + this.writing.get(id);
@@ -68,12 +77,14 @@ export class ViewCounter {
   }
 
   /**
-   * The views to add to a count read from the database by a read that began at `mark`: those not
-   * yet written, and (PostgreSQL) those written since the mark, which the read may have missed.
+   * The views to add to a count read from the database, for the paste `id` made at `createdAt`,
+   * by a read that began at `mark`: those not yet written, and (PostgreSQL) those written since
+   * the mark, which the read may have missed. Counts of another paste once under the id are not
+   * its own.
    */
-  unwrittenSince(id: string, mark: number): number {
-    let n = this.pending.get(id) + this.writing.get(id);
-    for (const written of this.recent) if (written.lastCommit >= mark) n += written.table.get(id);
+  unwrittenSince(id: string, createdAt: number, mark: number): number {
+    let n = this.pending.get(id, createdAt) + this.writing.get(id, createdAt);
+    for (const written of this.recent) if (written.lastCommit >= mark) n += written.table.get(id, createdAt);
     return n;
   }
 
@@ -133,9 +144,10 @@ export class ViewCounter {
         const chunk: ViewChunk = [];
         for (let j = i; j < end; j++) {
           const slot = slots[j] as number;
-          chunk.push([batch.idAt(slot), batch.countAt(slot), batch.createdAtOf(slot)]);
+          const count = batch.countAt(slot);
+          if (count > 0) chunk.push([batch.idAt(slot), count, batch.createdAtOf(slot)]); // 0: forgotten
         }
-        if (!this.pastes.addViewsNow(chunk)) {
+        if (chunk.length > 0 && !this.pastes.addViewsNow(chunk)) {
           await this.pastes.addViews(chunk);
           // Committed: kept for reads begun before, in the same step as the counts leave the
           // batch (see the top). Not on SQLite, whose reads never straddle a commit.

@@ -54,11 +54,15 @@ export class ViewTable {
     return count;
   }
 
-  /** The count of `id` (0 when it has none). */
-  get(id: string): number {
+  /**
+   * The count of `id` (0 when it has none); with `createdAt`, only when it counts the paste made
+   * then (a deleted paste's views are not shown on one made again under its id).
+   */
+  get(id: string, createdAt?: number): number {
     if (this.size === 0) return 0;
     const slot = this.find(id, hashOf(id));
-    return slot < 0 ? 0 : (this.counts[slot] as number);
+    if (slot < 0 || (createdAt !== undefined && this.createdAts[slot] !== createdAt)) return 0;
+    return this.counts[slot] as number;
   }
 
   /**
@@ -85,6 +89,13 @@ export class ViewTable {
       }
     }
     return slots;
+  }
+
+  /** Sets the count of `id` to 0, if it has one (the slot stays until the table is cleared). */
+  forget(id: string): void {
+    if (this.size === 0) return;
+    const slot = this.find(id, hashOf(id));
+    if (slot >= 0) this.counts[slot] = 0;
   }
 
   idAt(slot: number): string {

@@ -193,15 +193,21 @@ export interface LiveContent {
 /**
  * An upsert's update of a count. Added to the row when it counts the same paste (same created_at;
  * 0 is a row written by an instance still running code from before migration 0007, taken as
- * the same). A row of an older paste under the id (deleted since) is taken over; a count of an
- * older paste arriving late (a flush that read it just before its deletion) leaves a newer
- * paste's row as it is.
+ * the same). When the two differ, one of them counts a paste deleted since (a count held in
+ * memory when its paste was deleted, or another instance's flush that read it just before): the
+ * one whose created_at is the live paste's wins, looked up only then. So a paste made again under
+ * an id takes its row over, and a late count of the old paste leaves it alone, whichever of the
+ * two is older by the clocks that stamped them.
  */
+const CURRENT_PASTE_CREATED = sql`(SELECT pastes.created_at FROM pastes WHERE pastes.id = excluded.paste_id)`;
 const ADD_TO_SAME_PASTE = sql`views = CASE
     WHEN paste_views.created_at = excluded.created_at OR paste_views.created_at = 0 THEN paste_views.views + excluded.views
-    WHEN paste_views.created_at < excluded.created_at THEN excluded.views
+    WHEN excluded.created_at = ${CURRENT_PASTE_CREATED} THEN excluded.views
     ELSE paste_views.views END,
-  created_at = CASE WHEN paste_views.created_at < excluded.created_at THEN excluded.created_at ELSE paste_views.created_at END`;
+  created_at = CASE
+    WHEN paste_views.created_at = 0 THEN excluded.created_at
+    WHEN paste_views.created_at <> excluded.created_at AND excluded.created_at = ${CURRENT_PASTE_CREATED} THEN excluded.created_at
+    ELSE paste_views.created_at END`;
 
 /** View counts to add: [paste id, views, created_at of the paste they were counted for]. */
 export type ViewChunk = Array<[string, number, number]>;
