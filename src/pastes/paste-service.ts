@@ -186,7 +186,7 @@ export class PasteService {
       if (consumed.ownerKeyId) this.listing.forget(consumed.ownerKeyId);
       return { paste: { ...consumed, viewCount: consumed.viewCount + 1 }, burned: true };
     }
-    this.views.add(id, paste.createdAt);
+    this.countView(paste);
     // peek() already counted the views not yet written; this one is added here.
     return { paste: { ...paste, viewCount: paste.viewCount + 1 }, burned: false };
   }

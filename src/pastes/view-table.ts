@@ -12,9 +12,10 @@
  * Open addressing with linear probing over a power-of-two number of slots, at most half full
  * (the table doubles before that). A slot holds the id's hash (0: empty), where its UTF-8 bytes
  * are in the arena, its count, and the created_at of the paste it counts (the newest, should the
- * id's paste be deleted and made again while its views wait). Entries are never removed one by one: the table is cleared as
- * a whole once its counts are written. Ids are well-formed strings (D9 ids are ASCII); one with a
- * lone surrogate would not find its own entry again.
+ * id's paste be deleted and made again while its views wait). Entries are never removed one by
+ * one (forget() sets a count to 0): the table is cleared as a whole once its counts are written.
+ * Ids are well-formed strings (D9 ids are ASCII); one with a lone surrogate would not find its
+ * own entry again.
  */
 import { randomInt } from 'node:crypto';
 

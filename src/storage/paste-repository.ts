@@ -206,6 +206,7 @@ const ADD_TO_SAME_PASTE = sql`views = CASE
     ELSE paste_views.views END,
   created_at = CASE
     WHEN paste_views.created_at = 0 THEN excluded.created_at
+    -- compared first, so that the common upsert (same paste) never runs the look-up
     WHEN paste_views.created_at <> excluded.created_at AND excluded.created_at = ${CURRENT_PASTE_CREATED} THEN excluded.created_at
     ELSE paste_views.created_at END`;
 
