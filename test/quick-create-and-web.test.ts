@@ -954,6 +954,8 @@ describe('/archive and /sitemap.xml (D22)', () => {
   let key: string;
   let listed: string[] = [];
   let unlisted: string[] = [];
+  /** Pages of every kind, for the ASCII check: a plain one, a gate, an encrypted one, a highlighted one. */
+  let pageIds: string[] = [];
 
   before(async () => {
     server = await startServer({ env: ENV });
@@ -985,8 +987,10 @@ describe('/archive and /sitemap.xml (D22)', () => {
     const quickId = idFromTextAnswer(quick);
     server.clock.advance(1000);
     const c = await create({ content: 'public three', public: true, slug: 'public-three' });
+    const highlighted = await create({ content: 'def f(x):\n    return [x * 2]  # done', language: 'python' });
     listed = [c, b, a];
-    unlisted = [expired, privateOne, withPassword, burn, encrypted, quickId];
+    unlisted = [expired, privateOne, withPassword, burn, encrypted, quickId, highlighted];
+    pageIds = [a, withPassword, burn, encrypted, highlighted];
   });
   after(() => server.close());
 
@@ -997,6 +1001,17 @@ describe('/archive and /sitemap.xml (D22)', () => {
     const ids = [...page.text.matchAll(/href="(?:[^"]*)\/view\/([^"#]+)"/g)].map((m) => m[1]);
     assert.deepEqual(ids, listed);
     for (const id of unlisted) assert.ok(!page.text.includes(id), `${id} is on the archive`);
+  });
+
+  it('serves pages whose template is ASCII throughout (the fast path of a client decoding UTF-8)', async () => {
+    const paths = ['/', '/archive', '/view/unknownid', ...pageIds.map((id) => `/view/${id}`)];
+    for (const path of paths) {
+      const page = await request(`${server.url}${path}`, { headers: { accept: 'text/html' } });
+      assert.match(page.headers.get('content-type') ?? '', /^text\/html/, path);
+      assert.ok(page.text.includes('&middot;') || path !== '/archive', 'the archive has no separators');
+      const outside = [...page.text].filter((c) => c.charCodeAt(0) > 0x7f);
+      assert.deepEqual(outside, [], `${path} has characters outside ASCII`);
+    }
   });
 
   it('/sitemap.xml is XML with their /view URLs and no other paste', async () => {
