@@ -619,6 +619,79 @@ describe('the fast lane', () => {
     }
   });
 
+  it('answers list pages exactly as the framework does, and leaves every other list query to it', async () => {
+    const lines: string[] = [];
+    const server = await startServer({ logger: capture(lines) });
+    try {
+      const key = await server.createKey({ hourly: 1000 });
+      const ids: string[] = [];
+      for (let i = 0; i < 5; i++) {
+        ids.unshift(await createPaste(server, key, { content: `paste number ${i}`, title: `T${i}` }));
+        server.clock.advance(1000);
+      }
+      await fetch(`${server.url}/raw/${ids[1]}`).then((r) => r.text()); // a view not yet written
+      const fastLines = () => lines.filter((line) => line.includes('"lane":"fast"')).length;
+      const get = (query: string) => request(`${server.url}/api/v1/pastes${query}`, { headers: { 'x-api-key': key } });
+      const comparable = (headers: Headers) =>
+        Object.fromEntries(
+          [...headers].filter(
+            ([name]) => !['date', 'keep-alive', 'connection'].includes(name) && !name.startsWith('ratelimit'),
+          ),
+        );
+      const remaining = (res: Awaited<ReturnType<typeof request>>) => Number(res.headers.get('ratelimit-remaining'));
+
+      // The same page through the lane and through the framework (an escaped digit sends it there).
+      for (const [laneQuery, frameworkQuery] of [
+        ['', '?page=%31'],
+        ['?page=2&limit=2', '?page=%32&limit=2'],
+        ['?limit=2&page=3', '?limit=2&page=%33'],
+      ] as const) {
+        const before = fastLines();
+        const lane = await get(laneQuery);
+        assert.equal(fastLines(), before + 1, `${laneQuery} took the lane`);
+        const framework = await get(frameworkQuery);
+        assert.equal(fastLines(), before + 1, `${frameworkQuery} took the framework`);
+        assert.equal(lane.status, 200);
+        assert.equal(lane.text, framework.text);
+        assert.deepEqual(comparable(lane.headers), comparable(framework.headers));
+        assert.equal(remaining(framework), remaining(lane) - 1, 'each counted once');
+      }
+      const all = await get('');
+      assert.deepEqual(
+        all.body.data.map((item: { paste_id: string }) => item.paste_id),
+        ids,
+      );
+      assert.equal(all.body.data[1].view_count, 1, 'the unwritten view is shown');
+      assert.deepEqual(all.body.pagination, { page: 1, limit: 20, total: 5, total_pages: 1 });
+      const second = await get('?limit=2&page=2');
+      assert.deepEqual(
+        second.body.data.map((item: { paste_id: string }) => item.paste_id),
+        ids.slice(2, 4),
+      );
+
+      // Anything else is the framework's, and answered as before.
+      const before = fastLines();
+      for (const query of [
+        '?page=0',
+        '?limit=101',
+        '?page=1&page=2',
+        '?page=x',
+        '?pages=1',
+        '?page=1&limit=1000000000',
+      ]) {
+        const refused = await get(query);
+        assert.equal(refused.status, 400, query);
+        assert.equal(refused.body.code, 'invalid_request', query);
+      }
+      assert.equal((await request(`${server.url}/api/v1/pastes`)).status, 401);
+      assert.equal((await request(`${server.url}/api/v1/pastes`, { headers: { 'x-api-key': 'fp_nope' } })).status, 403);
+      assert.equal((await get('?page=1000')).body.data.length, 0);
+      assert.equal(fastLines(), before + 1, 'only the page past the end took the lane');
+    } finally {
+      await server.close();
+    }
+  });
+
   it('answers requests pipelined on one connection in their order, lane and framework mixed', async () => {
     const server = await startServer();
     try {
@@ -678,7 +751,7 @@ describe('the fast lane', () => {
       pastes: services.pastes,
       keys: services.keys,
       quota: services.quota,
-      presenter: Object.assign(Object.create(services.presenter), { detail: failing }),
+      presenter: Object.assign(Object.create(services.presenter), { detail: failing, listPage: failing }),
       readPage: failing,
       apiEnabled: true,
       trustProxy: false,
@@ -699,14 +772,22 @@ describe('the fast lane', () => {
       assert.equal(viaLane.headers.get('ratelimit-remaining'), '98', 'the create and this read, once each');
       const detail = await request(`${server.url}/api/v1/paste/${id}?via=framework`, { headers: { 'x-api-key': key } });
       assert.equal(detail.body.data.view_count, 3);
+      const list = await request(`http://127.0.0.1:${port}/api/v1/pastes`, { headers: { 'x-api-key': key } });
+      assert.equal(list.status, 200);
+      assert.equal(list.body.data[0].view_count, 3);
+      assert.equal(list.headers.get('ratelimit-remaining'), '96', 'the list counted once');
     } finally {
       await new Promise((resolve) => front.close(resolve));
       await server.close();
     }
   });
 
-  for (const limits of [{ hourly: 60 }, { hourly: 1000, daily: 0, monthly: 60 }]) {
-    it(`counts a key quota exactly when many reads race through the lane (${JSON.stringify(limits)})`, async () => {
+  for (const [limits, what] of [
+    [{ hourly: 60 }, 'paste'],
+    [{ hourly: 1000, daily: 0, monthly: 60 }, 'paste'],
+    [{ hourly: 60 }, 'list'],
+  ] as const) {
+    it(`counts a key quota exactly when many ${what} reads race through the lane (${JSON.stringify(limits)})`, async () => {
       const server = await startServer();
       try {
         const key = await server.createKey(limits);
@@ -719,7 +800,9 @@ describe('the fast lane', () => {
         // The create used 1 of 60; 100 concurrent reads: exactly 59 pass.
         const statuses = await Promise.all(
           Array.from({ length: 100 }, () =>
-            fetch(`${server.url}/api/v1/paste/${id}`, { headers: { 'x-api-key': key } }).then(async (r) => {
+            fetch(`${server.url}/api/v1/${what === 'list' ? 'pastes' : `paste/${id}`}`, {
+              headers: { 'x-api-key': key },
+            }).then(async (r) => {
               await r.arrayBuffer();
               return r.status;
             }),

@@ -1,13 +1,15 @@
 /**
- * The fast lane: the reads repeated most, `GET /raw/<id>`, `GET /api/v1/paste/<id>` and
- * `GET /view/<id>`, answered straight from node:http when they are plain successes,
- * without the framework's routing, hooks and reply machinery (on a 1 KB read those cost about as
- * much as the read itself). The lane decides no rule of its own: the paste rules are
- * PasteService's (plainContent, plainPasteNow, readOf, countView), the key and quota rules KeyService's
- * and QuotaService's, the page the web routes' (readPage), the headers the ones every answer
- * carries. Everything else (a query string, HEAD, a password, a view-once paste, a paste that is not there, a key not looked up in the last second, any
- * refusal, a server shutting down) goes to Fastify, which answers it as it always does. A request
- * the lane hands over has had nothing consumed: it counts quota only when it is about to answer.
+ * The fast lane: the reads repeated most, `GET /raw/<id>`, `GET /api/v1/paste/<id>`,
+ * `GET /view/<id>` and a key's list `GET /api/v1/pastes`, answered straight from node:http when
+ * they are plain successes, without the framework's routing, hooks and reply machinery (on a
+ * 1 KB read those cost about as much as the read itself). The lane decides no rule of its own:
+ * the paste rules are PasteService's (plainContent, plainPasteNow, readOf, countView, list), the
+ * key and quota rules KeyService's and QuotaService's, the list query's readPagination, the page
+ * the web routes' (readPage), the headers the ones every answer carries. Everything else (a query
+ * string but a list's plain page and limit, HEAD, a password, a view-once paste, a paste that is
+ * not there, a key not looked up in the last second, any refusal, a server shutting down) goes
+ * to Fastify, which answers it as it always does. A request the lane hands over has had nothing
+ * consumed: it counts quota only when it is about to answer.
  */
 import http, { type IncomingMessage, type ServerResponse } from 'node:http';
 import type { FastifyServerFactory, FastifyServerFactoryHandler, FastifyServerOptions } from 'fastify';
@@ -17,6 +19,7 @@ import type { QuotaService } from '../keys/quota-service.js';
 import type { Paste } from '../pastes/paste.js';
 import type { PastePresenter } from '../pastes/paste-presenter.js';
 import type { PasteService, Read } from '../pastes/paste-service.js';
+import { readPagination } from './api/pagination.js';
 import { ResponseBatch } from './response-batch.js';
 import { SECURITY_HEADERS } from './security-headers.js';
 
@@ -34,12 +37,18 @@ export interface FastLaneDeps {
   logger?: Logger | undefined;
 }
 
-type Lane = 'raw' | 'api' | 'view';
+type Lane = 'raw' | 'api' | 'view' | 'list';
 
 const PLAIN_ID = /^[A-Za-z0-9_-]{3,69}$/;
 const RAW_PREFIX = '/raw/';
 const API_PREFIX = '/api/v1/paste/';
 const VIEW_PREFIX = '/view/';
+const LIST_PATH = '/api/v1/pastes';
+/**
+ * The list queries the lane takes: none, or page and limit (each at most once) as digits. The
+ * values' rules are readPagination's; any other query is Fastify's to parse and answer.
+ */
+const LIST_QUERY = /^(?:\?(page|limit)=(\d{1,9})(?:&(?!\1)(page|limit)=(\d{1,9}))?)?$/;
 
 const TEXT_HEADERS = {
   ...SECURITY_HEADERS,
@@ -70,6 +79,9 @@ export class FastLane {
     if (this.deps.apiEnabled && url.startsWith(API_PREFIX) && typeof headers['x-api-key'] === 'string') {
       return PLAIN_ID.test(url.slice(API_PREFIX.length)) ? 'api' : null;
     }
+    if (this.deps.apiEnabled && url.startsWith(LIST_PATH) && typeof headers['x-api-key'] === 'string') {
+      return LIST_QUERY.test(url.slice(LIST_PATH.length)) ? 'list' : null;
+    }
     return null;
   }
 
@@ -93,7 +105,55 @@ export class FastLane {
       if (!(paste instanceof Promise)) return this.sendPage(req, res, paste, started);
       return paste.then((later) => later !== null && this.sendPage(req, res, later, started));
     }
-    return this.serveApi(req, res, url, started);
+    const key = this.deps.keys.cachedActiveKey(req.headers['x-api-key'] as string);
+    if (!key) return false;
+    if (lane === 'list') return this.serveList(req, res, key, url, started);
+    return this.serveApi(req, res, key, url, started);
+  }
+
+  /** A page of the key's pastes: the quota is counted once the page is read and its answer built. */
+  private serveList(
+    req: IncomingMessage,
+    res: ServerResponse,
+    key: ApiKey,
+    url: string,
+    started: bigint,
+  ): boolean | Promise<boolean> {
+    const match = LIST_QUERY.exec(url.slice(LIST_PATH.length)) as RegExpExecArray;
+    const query: Record<string, string> = {};
+    if (match[1] !== undefined) query[match[1]] = match[2] as string;
+    if (match[3] !== undefined) query[match[3]] = match[4] as string;
+    let pagination: { page: number; limit: number };
+    try {
+      pagination = readPagination(query);
+    } catch {
+      return false; // out of range: Fastify answers the 400
+    }
+    const { page, limit } = pagination;
+    return this.deps.pastes.list(key.id, page, limit).then(({ items, total }) => {
+      const body = JSON.stringify({ error: false, ...this.deps.presenter.listPage(items, page, limit, total) });
+      return this.whenCounted(key, (quotaHeaders) => this.send(req, res, JSON_HEADERS, body, started, quotaHeaders));
+    });
+  }
+
+  /**
+   * Counts a use of the key's quota and sends the answer with its headers; false, with nothing
+   * sent, when the quota refuses (its count given back) or its store fails: Fastify answers it.
+   */
+  private whenCounted(key: ApiKey, send: (quotaHeaders: Record<string, string>) => void): true | Promise<boolean> {
+    const subject = `key:${key.id}`;
+    const quotaHeaders = this.deps.quota.consumeNow(subject, key.limits);
+    if (quotaHeaders) {
+      send(quotaHeaders);
+      return true;
+    }
+    return this.deps.quota.consume(subject, key.limits).then(
+      (counted) => {
+        send(counted);
+        return true;
+      },
+      () => false,
+    );
   }
 
   private sendPage(req: IncomingMessage, res: ServerResponse, paste: Paste, started: bigint): true {
@@ -113,15 +173,14 @@ export class FastLane {
     return true;
   }
 
-  /** Synchronous while the key, the paste and the quota counters all answer at once. */
+  /** Synchronous while the paste and the quota counters answer at once (the key is cached). */
   private serveApi(
     req: IncomingMessage,
     res: ServerResponse,
+    key: ApiKey,
     url: string,
     started: bigint,
   ): boolean | Promise<boolean> {
-    const key = this.deps.keys.cachedActiveKey(req.headers['x-api-key'] as string);
-    if (!key) return false;
     const paste = this.deps.pastes.plainPasteNow(url.slice(API_PREFIX.length));
     if (paste === null) return false;
     if (paste instanceof Promise) {
@@ -137,16 +196,10 @@ export class FastLane {
     paste: Paste,
     started: bigint,
   ): boolean | Promise<boolean> {
-    const subject = `key:${key.id}`;
     // The answer is built before anything is counted: a build that throws hands the request to
     // Fastify with neither its quota nor its view counted here.
     const body = this.detailBody(paste);
-    const quotaHeaders = this.deps.quota.consumeNow(subject, key.limits);
-    if (quotaHeaders) return this.sendDetail(req, res, paste, body, started, quotaHeaders);
-    return this.deps.quota.consume(subject, key.limits).then(
-      (counted) => this.sendDetail(req, res, paste, body, started, counted),
-      () => false, // a 429 (its count given back) or a store down: Fastify answers it
-    );
+    return this.whenCounted(key, (quotaHeaders) => this.sendDetail(req, res, paste, body, started, quotaHeaders));
   }
 
   /** The JSON answer of a read of the paste, its view counted (see readOf). */
@@ -162,10 +215,9 @@ export class FastLane {
     body: string,
     started: bigint,
     quotaHeaders: Record<string, string>,
-  ): true {
+  ): void {
     this.send(req, res, JSON_HEADERS, body, started, quotaHeaders);
     this.deps.pastes.countView(paste);
-    return true;
   }
 
   private send(

@@ -64,6 +64,14 @@ export class PastePresenter {
     };
   }
 
+  /** The answer of GET /api/v1/pastes but for its `error: false`: a page of the owner's pastes. */
+  listPage(items: OwnedListItem[], page: number, limit: number, total: number) {
+    return {
+      data: items.map((item) => this.listItem(item)),
+      pagination: { page, limit, total, total_pages: Math.ceil(total / limit) },
+    };
+  }
+
   /** An element of GET /api/v1/pastes. */
   listItem(paste: OwnedListItem) {
     return {

@@ -18,6 +18,7 @@ import { decodeTextFile, isAllowedExtension, isTextualMimeType, safeFilename } f
 import { clientBucket } from '../client-address.js';
 import { declaredLengthGuard, readMultipartForm, UrlEncodedBody } from '../request-bodies.js';
 import { callerKey, requireApiKey } from './authentication.js';
+import { readPagination } from './pagination.js';
 
 export interface ApiDeps {
   pastes: PasteService;
@@ -172,8 +173,7 @@ export async function registerPasteRoutes(app: FastifyInstance, deps: ApiDeps): 
     const { items, total } = await pastes.list(callerKey(request).id, page, limit);
     return {
       error: false,
-      data: items.map((item) => presenter.listItem(item)),
-      pagination: { page, limit, total, total_pages: Math.ceil(total / limit) },
+      ...presenter.listPage(items, page, limit, total),
     };
   });
 }
@@ -204,25 +204,4 @@ export function sendText(reply: FastifyReply, content: string): FastifyReply {
     .header('x-content-type-options', 'nosniff')
     .header('cache-control', 'no-store')
     .send(content);
-}
-
-/** D15: page from 1 (default 1), limit 1 to 100 (default 20), whole numbers only. */
-function readPagination(query: Record<string, unknown>): { page: number; limit: number } {
-  const problems = [];
-  for (const name of Object.keys(query)) {
-    if (name !== 'page' && name !== 'limit') problems.push({ field: name, message: 'is not a known parameter' });
-  }
-  const read = (name: string, fallback: number, max: number): number => {
-    const raw = query[name];
-    if (raw === undefined) return fallback;
-    if (typeof raw !== 'string' || !/^\d{1,9}$/.test(raw) || Number(raw) < 1 || Number(raw) > max) {
-      problems.push({ field: name, message: `must be a whole number from 1${max < 1e9 ? ` to ${max}` : ''}` });
-      return fallback;
-    }
-    return Number(raw);
-  };
-  const page = read('page', 1, 999_999_999);
-  const limit = read('limit', 20, 100);
-  if (problems.length > 0) throw invalidRequest(problems);
-  return { page, limit };
 }
