@@ -1,7 +1,9 @@
 /** Language detection: the right name for typical pastes of each language, null for prose. */
 import assert from 'node:assert/strict';
+import { readdirSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { describe, it } from 'node:test';
-import { detectLanguage } from '../src/pastes/language.js';
+import { detectLanguage, FEATURES } from '../src/pastes/language.js';
 
 const samples: Array<[string, string]> = [
   [
@@ -74,5 +76,60 @@ describe('detectLanguage', () => {
 
   it('gives null for one long line of letters', () => {
     assert.equal(detectLanguage('a'.repeat(4096)), null);
+  });
+
+  it('runs no pattern whose literals are all missing that could have matched (the literal lists are exact)', () => {
+    // Real text of many kinds: the samples above, this repository's code and documents in 4 KB
+    // pieces, and a seeded soup of the patterns' own tokens and punctuation.
+    const corpus = samples.map(([, text]) => text);
+    for (const dir of ['src', 'src/pastes', 'src/http', 'src/http/web', 'src/storage', 'test', 'docs', 'bench']) {
+      for (const name of readdirSync(dir)) {
+        if (!/\.(ts|md|js|css)$/.test(name)) continue;
+        const text = readFileSync(join(dir, name), 'utf8');
+        for (let at = 0; at < text.length; at += 4096) corpus.push(text.slice(at, at + 4096));
+      }
+    }
+    // The words of the patterns themselves (not of the literal lists under test), bare and spaced.
+    const words = FEATURES.flatMap(
+      ([, pattern]) => pattern.source.replace(/\\[a-z]/g, ' ').match(/[A-Za-z_]{2,}(?: [A-Za-z_]{2,})*/g) ?? [],
+    );
+    const tokens = [
+      ...new Set(words.flatMap((word) => [word, `${word} `, `${word}.`, `${word}(`])),
+      ...'()[]{}<>:;=$#.-_!&|*\'"` \t\n\n'.split(''),
+      ...['x', 'main', 'int', 'string', 'self', 'name', '12', 'then', 'end', 'in', 'do', 'a b'],
+    ].filter(Boolean);
+    for (const token of tokens) {
+      corpus.push(
+        `\n${token}\n`,
+        `\n  ${token} main(x):\n`,
+        `${token}x y = (z) {\n  ${token}\n}\n`,
+        `[${token}](${token})`,
+      );
+    }
+    let seed = 42;
+    const random = () => {
+      seed = (seed * 1103515245 + 12345) % 2147483648;
+      return seed / 2147483648;
+    };
+    for (let i = 0; i < 3000; i++) {
+      corpus.push(Array.from({ length: 40 }, () => tokens[Math.floor(random() * tokens.length)]).join(''));
+    }
+    // Stronger than needed: every match itself holds one of its pattern's literals.
+    let matched = 0;
+    for (const sample of corpus) {
+      for (const [language, pattern, , literals] of FEATURES) {
+        if (literals === null) continue;
+        pattern.lastIndex = 0;
+        for (let match = pattern.exec(sample); match !== null; match = pattern.exec(sample)) {
+          if (match[0] === '') pattern.lastIndex++;
+          matched++;
+          assert.ok(
+            literals.some((literal) => match[0].includes(literal)),
+            `${language} ${pattern} matched ${JSON.stringify(match[0])} with none of ${JSON.stringify(literals)}`,
+          );
+        }
+      }
+    }
+    assert.ok(matched > 5000, `only ${matched} matches: the corpus tests little`);
   });
 });
