@@ -3,7 +3,11 @@ import assert from 'node:assert/strict';
 import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
+import { fileURLToPath } from 'node:url';
 import { detectLanguage, FEATURES } from '../src/pastes/language.js';
+
+/** The repository, whatever directory the tests run from. */
+const ROOT = fileURLToPath(new URL('..', import.meta.url));
 
 const samples: Array<[string, string]> = [
   [
@@ -83,9 +87,9 @@ describe('detectLanguage', () => {
     // pieces, and a seeded soup of the patterns' own tokens and punctuation.
     const corpus = samples.map(([, text]) => text);
     for (const dir of ['src', 'src/pastes', 'src/http', 'src/http/web', 'src/storage', 'test', 'docs', 'bench']) {
-      for (const name of readdirSync(dir)) {
+      for (const name of readdirSync(join(ROOT, dir))) {
         if (!/\.(ts|md|js|css)$/.test(name)) continue;
-        const text = readFileSync(join(dir, name), 'utf8');
+        const text = readFileSync(join(ROOT, dir, name), 'utf8');
         for (let at = 0; at < text.length; at += 4096) corpus.push(text.slice(at, at + 4096));
       }
     }

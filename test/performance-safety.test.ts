@@ -692,6 +692,44 @@ describe('the fast lane', () => {
     }
   });
 
+  it('reads no list for a key over its quota, and counts a list handed over after its read failed once', async () => {
+    const server = await startServer();
+    const { services } = server;
+    const list = services.pastes.list.bind(services.pastes);
+    let reads = 0;
+    let failNext = false;
+    services.pastes.list = (...args: Parameters<typeof list>) => {
+      reads++;
+      if (failNext) {
+        failNext = false;
+        return Promise.reject(new Error('storage hiccup'));
+      }
+      return list(...args);
+    };
+    try {
+      const key = await server.createKey({ hourly: 4 });
+      await createPaste(server, key, { content: 'one paste' }); // 1 of 4, and the key looked up
+      // A read that fails in the lane: Fastify reads again and answers, the quota counted once.
+      failNext = true;
+      const retried = await request(`${server.url}/api/v1/pastes`, { headers: { 'x-api-key': key } });
+      assert.equal(retried.status, 200);
+      assert.equal(retried.body.data.length, 1);
+      assert.equal(retried.headers.get('ratelimit-remaining'), '2', 'the create and this list, once each');
+      assert.equal(reads, 2);
+      const statuses: number[] = [];
+      for (let i = 0; i < 5; i++) {
+        const res = await fetch(`${server.url}/api/v1/pastes?limit=100`, { headers: { 'x-api-key': key } });
+        await res.arrayBuffer();
+        statuses.push(res.status);
+      }
+      assert.deepEqual(statuses, [200, 200, 429, 429, 429]);
+      assert.equal(reads, 4, 'a refused list is not read');
+    } finally {
+      services.pastes.list = list;
+      await server.close();
+    }
+  });
+
   it('answers requests pipelined on one connection in their order, lane and framework mixed', async () => {
     const server = await startServer();
     try {

@@ -9,7 +9,8 @@
  * string but a list's plain page and limit, HEAD, a password, a view-once paste, a paste that is
  * not there, a key not looked up in the last second, any refusal, a server shutting down) goes
  * to Fastify, which answers it as it always does. A request the lane hands over has had nothing
- * consumed: it counts quota only when it is about to answer.
+ * consumed: it counts quota only when it is about to answer, but for a list, whose quota is
+ * counted before its read (a key over its quota costs no read) and marked as counted for Fastify.
  */
 import http, { type IncomingMessage, type ServerResponse } from 'node:http';
 import type { FastifyServerFactory, FastifyServerFactoryHandler, FastifyServerOptions } from 'fastify';
@@ -19,6 +20,7 @@ import type { QuotaService } from '../keys/quota-service.js';
 import type { Paste } from '../pastes/paste.js';
 import type { PastePresenter } from '../pastes/paste-presenter.js';
 import type { PasteService, Read } from '../pastes/paste-service.js';
+import { markQuotaCounted } from './api/authentication.js';
 import { readPagination } from './api/pagination.js';
 import { ResponseBatch } from './response-batch.js';
 import { SECURITY_HEADERS } from './security-headers.js';
@@ -111,7 +113,7 @@ export class FastLane {
     return this.serveApi(req, res, key, url, started);
   }
 
-  /** A page of the key's pastes: the quota is counted once the page is read and its answer built. */
+  /** A page of the key's pastes, its quota counted before the read as the route counts it. */
   private serveList(
     req: IncomingMessage,
     res: ServerResponse,
@@ -130,30 +132,30 @@ export class FastLane {
       return false; // out of range: Fastify answers the 400
     }
     const { page, limit } = pagination;
-    return this.deps.pastes.list(key.id, page, limit).then(({ items, total }) => {
-      const body = JSON.stringify({ error: false, ...this.deps.presenter.listPage(items, page, limit, total) });
-      return this.whenCounted(key, (quotaHeaders) => this.send(req, res, JSON_HEADERS, body, started, quotaHeaders));
+    return this.whenCounted(key, (quotaHeaders) => {
+      // Counted before the read, as the route counts it: a key over its quota costs no read.
+      // Should the read or the answer fail, Fastify answers without counting it again.
+      markQuotaCounted(req, quotaHeaders);
+      return this.deps.pastes.list(key.id, page, limit).then(({ items, total }) => {
+        const body = JSON.stringify({ error: false, ...this.deps.presenter.listPage(items, page, limit, total) });
+        this.send(req, res, JSON_HEADERS, body, started, quotaHeaders);
+        return true;
+      });
     });
   }
 
   /**
-   * Counts a use of the key's quota and sends the answer with its headers; false, with nothing
-   * sent, when the quota refuses (its count given back) or its store fails: Fastify answers it.
+   * Counts a use of the key's quota and answers with its headers; false, with nothing answered,
+   * when the quota refuses (its count given back) or its store fails: Fastify answers it.
    */
-  private whenCounted(key: ApiKey, send: (quotaHeaders: Record<string, string>) => void): true | Promise<boolean> {
+  private whenCounted(
+    key: ApiKey,
+    answer: (quotaHeaders: Record<string, string>) => boolean | Promise<boolean>,
+  ): boolean | Promise<boolean> {
     const subject = `key:${key.id}`;
     const quotaHeaders = this.deps.quota.consumeNow(subject, key.limits);
-    if (quotaHeaders) {
-      send(quotaHeaders);
-      return true;
-    }
-    return this.deps.quota.consume(subject, key.limits).then(
-      (counted) => {
-        send(counted);
-        return true;
-      },
-      () => false,
-    );
+    if (quotaHeaders) return answer(quotaHeaders);
+    return this.deps.quota.consume(subject, key.limits).then(answer, () => false);
   }
 
   private sendPage(req: IncomingMessage, res: ServerResponse, paste: Paste, started: bigint): true {
@@ -199,7 +201,10 @@ export class FastLane {
     // The answer is built before anything is counted: a build that throws hands the request to
     // Fastify with neither its quota nor its view counted here.
     const body = this.detailBody(paste);
-    return this.whenCounted(key, (quotaHeaders) => this.sendDetail(req, res, paste, body, started, quotaHeaders));
+    return this.whenCounted(key, (quotaHeaders) => {
+      this.sendDetail(req, res, paste, body, started, quotaHeaders);
+      return true;
+    });
   }
 
   /** The JSON answer of a read of the paste, its view counted (see readOf). */

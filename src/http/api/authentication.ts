@@ -3,6 +3,7 @@
  * hooks that run before the body is read: a refused request costs no upload, and a request
  * refused with 401 or 403 counts against nothing.
  */
+import type { IncomingMessage } from 'node:http';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { ApiKey, KeyService } from '../../keys/key-service.js';
 import type { QuotaService } from '../../keys/quota-service.js';
@@ -18,6 +19,18 @@ declare module 'fastify' {
 export interface AccessDeps {
   keys: KeyService;
   quota: QuotaService;
+}
+
+/** Where the fast lane leaves the quota headers of a request it counted and then handed over. */
+const COUNTED_BY_LANE = Symbol('quota counted by the fast lane');
+type Marked = { [COUNTED_BY_LANE]?: Record<string, string> };
+
+/**
+ * The fast lane counted this request's quota, then handed it to Fastify (its read or answer
+ * failed): admitKey sends these headers instead of counting it a second time.
+ */
+export function markQuotaCounted(req: IncomingMessage, headers: Record<string, string>): void {
+  (req as IncomingMessage & Marked)[COUNTED_BY_LANE] = headers;
 }
 
 function presentedKey(request: FastifyRequest): string | undefined {
@@ -36,7 +49,11 @@ async function admitKey(deps: AccessDeps, request: FastifyRequest, reply: Fastif
     (presented !== undefined && deps.keys.cachedActiveKey(presented)) || (await deps.keys.authenticate(presented));
   request.apiKey = key;
   const subject = `key:${key.id}`;
-  reply.headers(deps.quota.consumeNow(subject, key.limits) ?? (await deps.quota.consume(subject, key.limits)));
+  reply.headers(
+    (request.raw as IncomingMessage & Marked)[COUNTED_BY_LANE] ??
+      deps.quota.consumeNow(subject, key.limits) ??
+      (await deps.quota.consume(subject, key.limits)),
+  );
 }
 
 /** Every API route but quick-create: 401 without a key, 403 for a bad or inactive one. */
