@@ -1037,6 +1037,36 @@ describe('the expiry sweep', () => {
     }
   });
 
+  it('holds the event loop for shorter batches while requests keep it busy', heldOnlyOnSqlite, async () => {
+    // The same 3,000 rows swept twice, told idle (2 ms batches) and told busy (0.5 ms batches).
+    const sizes: Record<string, number[]> = {};
+    for (const [name, busy] of [
+      ['idle', 0],
+      ['busy', 1],
+    ] as const) {
+      const server = await startServer();
+      try {
+        const batches = await expiredPastesWithTimedSweep(server);
+        assert.equal(await server.services.pastes.sweepExpired(50, 0, () => () => busy), 3000);
+        // From the third batch on, the size has followed the batches' times.
+        sizes[name] = batches
+          .slice(2)
+          .map((b) => b.size)
+          .sort((a, b) => a - b);
+      } finally {
+        await server.close();
+      }
+    }
+    const median = (values: number[]) => values[Math.floor(values.length / 2)] ?? 0;
+    const idle = sizes.idle as number[];
+    const busy = sizes.busy as number[];
+    assert.ok(busy.length >= 3, `busy batch sizes ${busy.join(' ')}`);
+    assert.ok(
+      median(idle) >= 2 * median(busy),
+      `batch sizes idle ${idle.join(' ')}, busy ${busy.join(' ')}: a busy batch should be a quarter the size`,
+    );
+  });
+
   it("on PostgreSQL, sizes batches by the database's time, not the 2 ms a batch may hold the event loop", {
     skip: !ON_POSTGRES && 'SQLite batches hold the event loop',
   }, async () => {

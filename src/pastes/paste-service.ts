@@ -60,8 +60,18 @@ export interface Read {
 }
 
 const ID_ATTEMPTS = 8;
-/** How long one batch of the expiry sweep may hold the event loop (SQLite). */
-const SWEEP_SLICE_MS = 2;
+/**
+ * How long one batch of the expiry sweep may hold the event loop (SQLite) while the server has
+ * nothing else to do...
+ */
+const SWEEP_SLICE_IDLE_MS = 2;
+/**
+ * ...and while requests keep it busy: each request that arrives during a batch waits for its
+ * end, so the batch's length is added to the latency of about a tenth of them (the sweep's
+ * share). Measured with 1,000,000 expired pastes under full /raw load: 2 ms batches took the p99
+ * from 7 to 9 ms and /raw to 70% of its rate, 0.5 ms ones to 8 ms and 81% (BENCHMARKS.md).
+ */
+const SWEEP_SLICE_BUSY_MS = 0.5;
 /** How long one batch of the expiry sweep may take where it waits for the database (PostgreSQL). */
 const SWEEP_SLICE_ASYNC_MS = 50;
 /** The expiry sweep's share of the server's time while it has nothing else to do... */
@@ -347,14 +357,14 @@ export class PasteService {
    * Removes every expired paste, in batches; a call made while a sweep is under way gets that
    * sweep's promise instead of starting another beside it (two would add up their shares and run
    * batches back to back). On SQLite a batch is synchronous and holds the event loop: it is sized
-   * to take about SWEEP_SLICE_MS (the size follows how long the last one took, between 10 and
-   * 1,000), and the pause after it sets the sweep's share of the server's time: half of it while
-   * the server is idle, down to a tenth while requests keep it busy (how busy: the event loop's
-   * utilization during the previous pause, when only requests ran). A batch takes time from the
-   * requests waiting behind it, so under load a larger share would cost them throughput and
-   * latency in proportion; idle, the backlog goes at full pace. A million expired rows take a
-   * minute and a half idle on this kind of machine and about four minutes under full load, which
-   * D12 allows ("within minutes"). On PostgreSQL a batch waits for the database and holds the
+   * to take about 2 ms while the server is idle, down to 0.5 ms while requests keep it busy (the
+   * size follows how long the last one took, between 10 and 1,000), and the pause after it sets
+   * the sweep's share of the server's time: half of it idle, down to a tenth busy (how busy: the
+   * event loop's utilization during the previous pause, when only requests ran). A batch takes
+   * time from the requests waiting behind it, so under load a larger share or a longer batch
+   * would cost them throughput and latency in proportion; idle, the backlog goes at full pace.
+   * A million expired rows take a minute and a half idle on this kind of machine and five to six
+   * minutes under full load, which D12 allows ("within minutes"). On PostgreSQL a batch waits for the database and holds the
    * event loop only to send it: it is sized to take about SWEEP_SLICE_ASYNC_MS there, and the
    * pause is as long as the batch took (half the database time), whatever the load. `busyness`
    * is for tests: the share of a pause spent on requests.
@@ -380,13 +390,12 @@ export class PasteService {
       const took = performance.now() - started;
       removed += count;
       if (count < batch) return removed;
-      const slice = held === null ? SWEEP_SLICE_ASYNC_MS : SWEEP_SLICE_MS;
+      const load = Math.min(1, Math.max(0, busy));
+      const slice =
+        held === null ? SWEEP_SLICE_ASYNC_MS : SWEEP_SLICE_IDLE_MS - (SWEEP_SLICE_IDLE_MS - SWEEP_SLICE_BUSY_MS) * load;
       if (took > slice) batch = Math.max(10, Math.floor(batch / 2));
       else if (took < slice / 2) batch = Math.min(1000, batch * 2);
-      const share =
-        held === null
-          ? SWEEP_SHARE_IDLE
-          : SWEEP_SHARE_IDLE - (SWEEP_SHARE_IDLE - SWEEP_SHARE_BUSY) * Math.min(1, Math.max(0, busy));
+      const share = held === null ? SWEEP_SHARE_IDLE : SWEEP_SHARE_IDLE - (SWEEP_SHARE_IDLE - SWEEP_SHARE_BUSY) * load;
       const measure = busyness();
       await pauseFor(Math.max(minPauseMs, (took * (1 - share)) / share));
       busy = measure();
