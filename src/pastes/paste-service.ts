@@ -364,10 +364,10 @@ export class PasteService {
    * time from the requests waiting behind it, so under load a larger share or a longer batch
    * would cost them throughput and latency in proportion; idle, the backlog goes at full pace.
    * A million expired rows take a minute and a half idle on this kind of machine and five to six
-   * minutes under full load, which D12 allows ("within minutes"). On PostgreSQL a batch waits for the database and holds the
-   * event loop only to send it: it is sized to take about SWEEP_SLICE_ASYNC_MS there, and the
-   * pause is as long as the batch took (half the database time), whatever the load. `busyness`
-   * is for tests: the share of a pause spent on requests.
+   * minutes under full load, which D12 allows ("within minutes"). On PostgreSQL a batch waits for
+   * the database and holds the event loop only to send it: it is sized to take about
+   * SWEEP_SLICE_ASYNC_MS there, and the pause is as long as the batch took (half the database
+   * time), whatever the load. `busyness` is for tests: the share of a pause spent on requests.
    */
   sweepExpired(firstBatch = 50, minPauseMs = 2, busyness = eventLoopBusyness): Promise<number> {
     if (this.sweeping) return this.sweeping;
@@ -390,12 +390,13 @@ export class PasteService {
       const took = performance.now() - started;
       removed += count;
       if (count < batch) return removed;
+      // From the idle value to the busy one as the loop was busy (SQLite's batches only).
       const load = Math.min(1, Math.max(0, busy));
-      const slice =
-        held === null ? SWEEP_SLICE_ASYNC_MS : SWEEP_SLICE_IDLE_MS - (SWEEP_SLICE_IDLE_MS - SWEEP_SLICE_BUSY_MS) * load;
+      const byLoad = (idle: number, busier: number) => (held === null ? idle : idle - (idle - busier) * load);
+      const slice = held === null ? SWEEP_SLICE_ASYNC_MS : byLoad(SWEEP_SLICE_IDLE_MS, SWEEP_SLICE_BUSY_MS);
       if (took > slice) batch = Math.max(10, Math.floor(batch / 2));
       else if (took < slice / 2) batch = Math.min(1000, batch * 2);
-      const share = held === null ? SWEEP_SHARE_IDLE : SWEEP_SHARE_IDLE - (SWEEP_SHARE_IDLE - SWEEP_SHARE_BUSY) * load;
+      const share = byLoad(SWEEP_SHARE_IDLE, SWEEP_SHARE_BUSY);
       const measure = busyness();
       await pauseFor(Math.max(minPauseMs, (took * (1 - share)) / share));
       busy = measure();
