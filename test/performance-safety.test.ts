@@ -692,8 +692,9 @@ describe('the fast lane', () => {
     }
   });
 
-  it('reads no list for a key over its quota, and counts a list handed over after its read failed once', async () => {
-    const server = await startServer();
+  it('reads no list for a key over its quota, and counts (and logs) a list handed over after its read failed once', async () => {
+    const lines: string[] = [];
+    const server = await startServer({ logger: capture(lines) });
     const { services } = server;
     const list = services.pastes.list.bind(services.pastes);
     let reads = 0;
@@ -716,6 +717,14 @@ describe('the fast lane', () => {
       assert.equal(retried.body.data.length, 1);
       assert.equal(retried.headers.get('ratelimit-remaining'), '2', 'the create and this list, once each');
       assert.equal(reads, 2);
+      const failures = lines
+        .map((line) => JSON.parse(line))
+        .filter((entry) => entry.msg === 'fast lane failed, handed over');
+      assert.equal(failures.length, 1, 'the failure in the lane is logged once');
+      assert.equal(failures[0].level, 40);
+      assert.equal(failures[0].err.message, 'storage hiccup');
+      assert.equal(failures[0].req.url, '/api/v1/pastes');
+      assert.ok(!lines.some((line) => line.includes(key)), 'the key is in no log line');
       const statuses: number[] = [];
       for (let i = 0; i < 5; i++) {
         const res = await fetch(`${server.url}/api/v1/pastes?limit=100`, { headers: { 'x-api-key': key } });

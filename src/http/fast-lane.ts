@@ -238,6 +238,17 @@ export class FastLane {
     this.batch.end(res, body, this.completion(req, started));
   }
 
+  /**
+   * Logs a read or answer of the lane that threw or was rejected (the storage failing, say):
+   * Fastify answers the request in its place, and its answer alone would hide the failure.
+   */
+  failed(req: IncomingMessage, err: unknown): void {
+    this.deps.logger?.warn(
+      { err, req: { method: req.method, url: req.url }, lane: 'fast' },
+      'fast lane failed, handed over',
+    );
+  }
+
   /** What logs the answer once it is ended (as Fastify logs its own), or null when nothing would. */
   private completion(req: IncomingMessage, started: bigint): (() => void) | null {
     const logger = this.deps.logger;
@@ -267,7 +278,8 @@ export function serverWithFastLane(lane: FastLane): FastifyServerFactory {
       let answer: boolean | Promise<boolean>;
       try {
         answer = lane.serve(which, req, res);
-      } catch {
+      } catch (err) {
+        lane.failed(req, err);
         answer = false;
       }
       if (answer === true) return;
@@ -279,7 +291,8 @@ export function serverWithFastLane(lane: FastLane): FastifyServerFactory {
         (served) => {
           if (!served) handler(req, res);
         },
-        () => {
+        (err: unknown) => {
+          lane.failed(req, err);
           if (!res.headersSent) handler(req, res);
         },
       );
