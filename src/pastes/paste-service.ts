@@ -67,17 +67,21 @@ const ID_ATTEMPTS = 8;
 const SWEEP_SLICE_IDLE_MS = 2;
 /**
  * ...and while requests keep it busy: each request that arrives during a batch waits for its
- * end, so the batch's length is added to the latency of about a tenth of them (the sweep's
- * share). Measured with 1,000,000 expired pastes under full /raw load: 2 ms batches took the p99
- * from 7 to 9 ms and /raw to 70% of its rate, 0.5 ms ones to 8 ms and 81% (BENCHMARKS.md).
+ * end. Measured with 1,000,000 expired pastes under full /raw load (BENCHMARKS.md): 2 ms batches
+ * at a tenth of the time took the p99 from 7 to 9 ms, 0.5 ms ones from 7 to 8 (4 to 5, 5 to 6 on
+ * a faster machine); 0.25 ms ones at a twentieth kept it (4 and 4, 7 and 7).
  */
-const SWEEP_SLICE_BUSY_MS = 0.5;
+const SWEEP_SLICE_BUSY_MS = 0.25;
 /** How long one batch of the expiry sweep may take where it waits for the database (PostgreSQL). */
 const SWEEP_SLICE_ASYNC_MS = 50;
 /** The expiry sweep's share of the server's time while it has nothing else to do... */
 const SWEEP_SHARE_IDLE = 0.5;
-/** ...and while requests keep it busy (sweepExpired). */
-const SWEEP_SHARE_BUSY = 0.1;
+/**
+ * ...and while requests keep it busy (sweepExpired). Under a closed load the requests' rate, and
+ * so their latency, moves with it: at a tenth /raw ran at 84–85% of its rate after the sweep
+ * (the checkpoint thread's copying counts too), at a twentieth at 89%.
+ */
+const SWEEP_SHARE_BUSY = 0.05;
 
 const sha256Hex = (text: string): string => hash('sha256', text, 'hex');
 
@@ -357,14 +361,14 @@ export class PasteService {
    * Removes every expired paste, in batches; a call made while a sweep is under way gets that
    * sweep's promise instead of starting another beside it (two would add up their shares and run
    * batches back to back). On SQLite a batch is synchronous and holds the event loop: it is sized
-   * to take about 2 ms while the server is idle, down to 0.5 ms while requests keep it busy (the
+   * to take about 2 ms while the server is idle, down to 0.25 ms while requests keep it busy (the
    * size follows how long the last one took, between 10 and 1,000), and the pause after it sets
-   * the sweep's share of the server's time: half of it idle, down to a tenth busy (how busy: the
-   * event loop's utilization during the previous pause, when only requests ran). A batch takes
-   * time from the requests waiting behind it, so under load a larger share or a longer batch
-   * would cost them throughput and latency in proportion; idle, the backlog goes at full pace.
-   * A million expired rows take a minute and a half idle on this kind of machine and five to six
-   * minutes under full load, which D12 allows ("within minutes"). On PostgreSQL a batch waits for
+   * the sweep's share of the server's time: half of it idle, down to a twentieth busy (how busy:
+   * the event loop's utilization during the previous pause, when only requests ran). A batch
+   * takes time from the requests waiting behind it, so under load a larger share or a longer
+   * batch would cost them throughput and latency in proportion; idle, the backlog goes at full
+   * pace. A million expired rows take a minute and a half idle on this kind of machine and seven
+   * to nine minutes under full load, which D12 allows ("within minutes"). On PostgreSQL a batch waits for
    * the database and holds the event loop only to send it: it is sized to take about
    * SWEEP_SLICE_ASYNC_MS there, and the pause is as long as the batch took (half the database
    * time), whatever the load. `busyness` is for tests: the share of a pause spent on requests.
