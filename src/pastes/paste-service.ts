@@ -69,7 +69,8 @@ const SWEEP_SLICE_IDLE_MS = 2;
  * ...and while requests keep it busy: each request that arrives during a batch waits for its
  * end. Measured with 1,000,000 expired pastes under full /raw load (BENCHMARKS.md): 2 ms batches
  * at a tenth of the time took the p99 from 7 to 9 ms, 0.5 ms ones from 7 to 8 (4 to 5, 5 to 6 on
- * a faster machine); 0.25 ms ones at a twentieth kept it (4 and 4, 7 and 7).
+ * a faster machine); 0.25 ms ones at a twentieth kept it in two runs of three (4 and 4, 7 and
+ * 7; 4 against 3).
  */
 const SWEEP_SLICE_BUSY_MS = 0.25;
 /** How long one batch of the expiry sweep may take where it waits for the database (PostgreSQL). */
@@ -79,7 +80,7 @@ const SWEEP_SHARE_IDLE = 0.5;
 /**
  * ...and while requests keep it busy (sweepExpired). Under a closed load the requests' rate, and
  * so their latency, moves with it: at a tenth /raw ran at 84–85% of its rate after the sweep
- * (the checkpoint thread's copying counts too), at a twentieth at 89%.
+ * (the checkpoint thread's copying counts too), at a twentieth at 89–90%.
  */
 const SWEEP_SHARE_BUSY = 0.05;
 
