@@ -741,6 +741,45 @@ describe('the fast lane', () => {
     }
   });
 
+  it('logs failures in the lane at most once a second, the next line counting those left out', async () => {
+    const lines: string[] = [];
+    const server = await startServer({ logger: capture(lines) });
+    const { services } = server;
+    const plainContent = services.pastes.plainContent.bind(services.pastes);
+    let failNext = false;
+    services.pastes.plainContent = (id: string) => {
+      if (failNext) {
+        failNext = false;
+        throw new Error('storage hiccup');
+      }
+      return plainContent(id);
+    };
+    try {
+      const key = await server.createKey({ hourly: 100 });
+      const id = await createPaste(server, key, { content: 'read through a failing lane' });
+      const failures = () =>
+        lines.map((line) => JSON.parse(line)).filter((entry) => entry.msg === 'fast lane failed, handed over');
+      const readFailingOnce = async () => {
+        failNext = true;
+        const res = await request(`${server.url}/raw/${id}`);
+        assert.equal(res.status, 200);
+        assert.equal(res.text, 'read through a failing lane');
+      };
+      for (let i = 0; i < 3; i++) await readFailingOnce();
+      assert.equal(failures().length, 1, 'three failures within a second, one line');
+      assert.equal(failures()[0].alsoFailed, undefined);
+      await new Promise((resolve) => setTimeout(resolve, 1100));
+      await readFailingOnce();
+      const logged = failures();
+      assert.equal(logged.length, 2);
+      assert.equal(logged[1].alsoFailed, 2, 'the two left out are counted');
+      assert.equal(logged[1].req.url, `/raw/${id}`);
+    } finally {
+      services.pastes.plainContent = plainContent;
+      await server.close();
+    }
+  });
+
   it('answers requests pipelined on one connection in their order, lane and framework mixed', async () => {
     const server = await startServer();
     try {

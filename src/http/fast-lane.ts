@@ -52,6 +52,12 @@ const LIST_PATH = '/api/v1/pastes';
  */
 const LIST_QUERY = /^(?:\?(page|limit)=(\d{1,9})(?:&(?!\1)(page|limit)=(\d{1,9}))?)?$/;
 
+/**
+ * At most one failure of the lane logged in this time: while the storage fails, every request
+ * would log one beside Fastify's own line for it. The next line logged counts those left out.
+ */
+const FAILURE_LOG_INTERVAL_MS = 1000;
+
 const TEXT_HEADERS = {
   ...SECURITY_HEADERS,
   'content-type': 'text/plain; charset=utf-8',
@@ -66,6 +72,10 @@ export class FastLane {
 
   /** The lane's answers are ended together once per turn of the event loop (response-batch.ts). */
   private readonly batch = new ResponseBatch();
+
+  /** When the lane last logged a failure (performance.now()), and the failures since, unlogged. */
+  private failureLoggedAt = Number.NEGATIVE_INFINITY;
+  private failuresUnlogged = 0;
 
   constructor(private readonly deps: FastLaneDeps) {}
 
@@ -240,11 +250,22 @@ export class FastLane {
 
   /**
    * Logs a read or answer of the lane that threw or was rejected (the storage failing, say):
-   * Fastify answers the request in its place, and its answer alone would hide the failure.
+   * Fastify answers the request in its place, and its answer alone would hide the failure. At
+   * most one line in FAILURE_LOG_INTERVAL_MS, with `alsoFailed`: the failures left out before it.
    */
   failed(req: IncomingMessage, err: unknown): void {
-    this.deps.logger?.warn(
-      { err, req: { method: req.method, url: req.url }, lane: 'fast' },
+    const logger = this.deps.logger;
+    if (!logger) return;
+    const now = performance.now();
+    if (now - this.failureLoggedAt < FAILURE_LOG_INTERVAL_MS) {
+      this.failuresUnlogged++;
+      return;
+    }
+    const alsoFailed = this.failuresUnlogged;
+    this.failureLoggedAt = now;
+    this.failuresUnlogged = 0;
+    logger.warn(
+      { err, req: { method: req.method, url: req.url }, lane: 'fast', ...(alsoFailed > 0 ? { alsoFailed } : {}) },
       'fast lane failed, handed over',
     );
   }
