@@ -1062,7 +1062,8 @@ describe('the expiry sweep', () => {
       const { later, swept, span } = sweptAfterFirst(batches);
       assert.ok(later.length >= 3, `${batches.length} batches`);
       // The idle share (half) gives 0.25–0.5 here (timers fire late behind the load); a twentieth,
-      // about 0.05 (a tenth, before: about 0.1).
+      // about 0.05. This holds the busyness measured from a real loop to the busy side; the test
+      // below, told busy, holds the share itself to a twentieth (a tenth passes here too).
       assert.ok(swept / span <= 0.12, `the sweep took ${((100 * swept) / span).toFixed(0)}% of ${span.toFixed(0)} ms`);
       for (let i = 2; i < batches.length; i++) {
         const previous = batches[i - 1] as { start: number; end: number };
@@ -1082,10 +1083,10 @@ describe('the expiry sweep', () => {
       // Told the server was busy throughout (and no minimum pause): a twentieth of the time.
       await server.services.pastes.sweepExpired(50, 0, () => () => 1);
       const { later, swept, span } = sweptAfterFirst(batches);
-      // n batches with 19 times as long after each but the last: n / (20n - 19), at most 0.062
-      // from five on; at a tenth it would be about 0.1 (n / (10n - 9)), at half share a half.
+      // n batches with 19 times as long after each but the last: n / (20n - 19), at most 0.053
+      // from twenty on; at a tenth it would be about 0.1 (n / (10n - 9)), at half share a half.
       // Measured lower, as the pauses' timers fire late: 0.04 here, 0.07–0.08 at a tenth.
-      assert.ok(later.length >= 5, `${batches.length} batches`);
+      assert.ok(later.length >= 20, `${batches.length} batches`);
       assert.ok(swept / span <= 0.06, `the sweep took ${((100 * swept) / span).toFixed(0)}% while busy`);
     } finally {
       await server.close();
@@ -1119,7 +1120,7 @@ describe('the expiry sweep', () => {
     assert.ok(busy.length >= 3, `busy batch sizes ${busy.join(' ')}`);
     assert.ok(
       median(idle) >= 6 * median(busy),
-      `batch sizes idle ${idle.join(' ')}, busy ${busy.join(' ')}: a busy batch should be an eighth the size`,
+      `batch sizes idle ${idle.join(' ')}, busy ${busy.join(' ')}: a busy batch should be at most a sixth the size`,
     );
   });
 
