@@ -69,8 +69,8 @@ const SWEEP_SLICE_IDLE_MS = 2;
  * ...and while requests keep it busy: each request that arrives during a batch waits for its
  * end. Measured with 1,000,000 expired pastes under full /raw load (BENCHMARKS.md): 2 ms batches
  * at a tenth of the time took the p99 from 7 to 9 ms, 0.5 ms ones from 7 to 8 (4 to 5, 5 to 6 on
- * a faster machine); 0.25 ms ones at a twentieth kept it in two runs of three (4 and 4, 7 and
- * 7; 4 against 3).
+ * a faster machine); 0.25 ms ones at a twentieth kept it in two runs of four (4 and 4, 7 and
+ * 7; 4 against 3, 5 against 4).
  */
 const SWEEP_SLICE_BUSY_MS = 0.25;
 /** How long one batch of the expiry sweep may take where it waits for the database (PostgreSQL). */
@@ -80,7 +80,7 @@ const SWEEP_SHARE_IDLE = 0.5;
 /**
  * ...and while requests keep it busy (sweepExpired). Under a closed load the requests' rate, and
  * so their latency, moves with it: at a tenth /raw ran at 84–85% of its rate after the sweep
- * (the checkpoint thread's copying counts too), at a twentieth at 89–90%.
+ * (the checkpoint thread's copying counts too), at a twentieth at 87–90%.
  */
 const SWEEP_SHARE_BUSY = 0.05;
 
@@ -370,7 +370,7 @@ export class PasteService {
    * requests ran). A batch takes time from the requests waiting behind it, so under load a larger
    * share or a longer batch would cost them throughput and latency in proportion; idle, the
    * backlog goes at full pace. A million expired rows take a minute and a half idle on this kind
-   * of machine and 6.6 to 8.6 minutes under full load, which D12 allows ("within minutes"). On
+   * of machine and 6.6 to 9 minutes under full load, which D12 allows ("within minutes"). On
    * PostgreSQL a batch waits for the database and holds the event loop only to send it: it is
    * sized to take about SWEEP_SLICE_ASYNC_MS there, and the pause is as long as the batch took
    * (half the database time), whatever the load. `busyness` is for tests: the share of a pause spent on requests.
