@@ -516,6 +516,9 @@ describe('list paging from anchors', () => {
 describe('the fast lane', () => {
   /** A pino logger writing into `lines`. */
   const capture = (lines: string[]) => pino({ level: 'info' }, { write: (line: string) => void lines.push(line) });
+  /** The lines of `lines` that log a failure in the lane, parsed. */
+  const laneFailures = (lines: string[]) =>
+    lines.map((line) => JSON.parse(line)).filter((entry) => entry.msg === 'fast lane failed, handed over');
 
   it('answers plain reads exactly as the framework does, and leaves every other case to it', async () => {
     const lines: string[] = [];
@@ -719,9 +722,7 @@ describe('the fast lane', () => {
       assert.equal(retried.body.data.length, 1);
       assert.equal(retried.headers.get('ratelimit-remaining'), '2', 'the create and this list, once each');
       assert.equal(reads, 2);
-      const failures = lines
-        .map((line) => JSON.parse(line))
-        .filter((entry) => entry.msg === 'fast lane failed, handed over');
+      const failures = laneFailures(lines);
       assert.equal(failures.length, 1, 'the failure in the lane is logged once');
       assert.equal(failures[0].level, 40);
       assert.equal(failures[0].err.message, 'storage hiccup');
@@ -757,8 +758,7 @@ describe('the fast lane', () => {
     try {
       const key = await server.createKey({ hourly: 100 });
       const id = await createPaste(server, key, { content: 'read through a failing lane' });
-      const failures = () =>
-        lines.map((line) => JSON.parse(line)).filter((entry) => entry.msg === 'fast lane failed, handed over');
+      const failures = () => laneFailures(lines);
       const readFailingOnce = async () => {
         failNext = true;
         const res = await request(`${server.url}/raw/${id}`);

@@ -373,7 +373,8 @@ export class PasteService {
    * of machine and 6.6 to 9 minutes under full load, which D12 allows ("within minutes"). On
    * PostgreSQL a batch waits for the database and holds the event loop only to send it: it is
    * sized to take about SWEEP_SLICE_ASYNC_MS there, and the pause is as long as the batch took
-   * (half the database time), whatever the load. `busyness` is for tests: the share of a pause spent on requests.
+   * (half the database time), whatever the load. `busyness` is for tests: the share of a pause
+   * spent on requests.
    */
   sweepExpired(firstBatch = 50, minPauseMs = 2, busyness = eventLoopBusyness): Promise<number> {
     if (this.sweeping) return this.sweeping;
@@ -397,8 +398,8 @@ export class PasteService {
       removed += count;
       if (count < batch) return removed;
       // From the idle value to the busy one as the loop was busy (SQLite's batches only).
-      const load = Math.min(1, Math.max(0, busy));
-      const byLoad = (idle: number, busier: number) => (held === null ? idle : idle - (idle - busier) * load);
+      const load = held === null ? 0 : Math.min(1, Math.max(0, busy));
+      const byLoad = (idle: number, busier: number) => idle - (idle - busier) * load;
       const slice = held === null ? SWEEP_SLICE_ASYNC_MS : byLoad(SWEEP_SLICE_IDLE_MS, SWEEP_SLICE_BUSY_MS);
       if (took > slice) batch = Math.max(10, Math.floor(batch / 2));
       else if (took < slice / 2) batch = Math.min(1000, batch * 2);
