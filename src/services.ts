@@ -111,7 +111,13 @@ export async function createServices(storage: Storage, options: ServiceOptions =
   );
   outbox.onCommitted(() => webhookWorker.wake());
   const pastes = new PasteService(
-    new PasteRepository(storage.db, storage.dialect === 'sqlite', storage.sqlite, storage.pgPool),
+    new PasteRepository(
+      storage.db,
+      storage.dialect === 'sqlite',
+      storage.sqlite,
+      storage.pgPool,
+      storage.expirySweeper ?? null,
+    ),
     clock,
     outbox,
   );

@@ -15,6 +15,7 @@ import pg from 'pg';
 import { buildApp } from '../src/app.js';
 import { type Config, loadConfig } from '../src/config.js';
 import type { NewKeyOptions } from '../src/keys/key-service.js';
+import type { Paste } from '../src/pastes/paste.js';
 import { createServices, type Services } from '../src/services.js';
 import { openStorage } from '../src/storage/database.js';
 import { migrateToLatest } from '../src/storage/migrations.js';
@@ -279,5 +280,31 @@ export async function encryptForTest(plaintext: string): Promise<{ wire: string;
   return {
     wire: `fpe1:${Buffer.from(iv).toString('base64')}:${Buffer.from(ct).toString('base64')}`,
     key: Buffer.from(rawKey).toString('base64url'),
+  };
+}
+
+/** A plain paste of the content, for inserting through the repository. */
+export function plainPaste(id: string, content: string, createdAt: number, ownerKeyId: string | null = null): Paste {
+  return {
+    id,
+    ownerKeyId,
+    title: null,
+    description: null,
+    content,
+    contentType: 'text',
+    originalFilename: null,
+    language: null,
+    fileSize: Buffer.byteLength(content),
+    sha256: 'a'.repeat(64),
+    createdAt,
+    expiresAt: null,
+    viewCount: 0,
+    burnAfterRead: false,
+    encrypted: false,
+    downloadable: true,
+    public: false,
+    passwordHash: null,
+    source: 'api',
+    creatorIp: null,
   };
 }

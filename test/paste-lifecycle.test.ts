@@ -718,7 +718,7 @@ describe('expiry sweep (D12)', () => {
     const expired: string[] = [];
     for (let i = 0; i < 5; i++) expired.push((await createPaste(server, key, { expiry: '10m' })).paste_id);
     server.clock.advance(10 * MINUTE);
-    assert.equal(await server.services.pastes.sweepExpired(2), 5);
+    assert.equal(await server.services.pastes.sweepExpired({ firstBatch: 2 }), 5);
     assert.deepEqual(await rowIds(), before);
   });
 });

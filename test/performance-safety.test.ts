@@ -19,7 +19,7 @@ import { openStorage } from '../src/storage/database.js';
 import { migrateToLatest } from '../src/storage/migrations.js';
 import { PasteRepository } from '../src/storage/paste-repository.js';
 import { RESTART_PAGES } from '../src/storage/wal-checkpointer.js';
-import { freePort, freshDatabase, request, startServer, type TestServer } from './helpers.js';
+import { freePort, freshDatabase, plainPaste, request, startServer, type TestServer } from './helpers.js';
 import { fastpaste, startServerProcess } from './server-process.js';
 
 const sha256 = (text: string) => createHash('sha256').update(text).digest('hex');
@@ -78,32 +78,6 @@ async function insertPastes(server: TestServer, rows: PlainRow[]): Promise<void>
       `INSERT INTO pastes (id, owner_key_id, content, content_type, file_size, sha256, created_at, expires_at, view_count, burn_after_read, encrypted, downloadable, is_public, source) VALUES ${values.join(', ')}`,
     );
   }
-}
-
-/** A plain paste of the content, for inserting through the repository. */
-function plainPaste(id: string, content: string, createdAt: number, ownerKeyId: string | null = null): Paste {
-  return {
-    id,
-    ownerKeyId,
-    title: null,
-    description: null,
-    content,
-    contentType: 'text',
-    originalFilename: null,
-    language: null,
-    fileSize: Buffer.byteLength(content),
-    sha256: 'a'.repeat(64),
-    createdAt,
-    expiresAt: null,
-    viewCount: 0,
-    burnAfterRead: false,
-    encrypted: false,
-    downloadable: true,
-    public: false,
-    passwordHash: null,
-    source: 'api',
-    creatorIp: null,
-  };
 }
 
 describe('group commit', () => {
@@ -1014,7 +988,7 @@ describe('the expiry sweep', () => {
       // server's time goes to the sweep).
       const batches = await expiredPastesWithTimedSweep(server);
       let finished = false;
-      const sweeping = server.services.pastes.sweepExpired(50).then((removed) => {
+      const sweeping = server.services.pastes.sweepExpired({ firstBatch: 50, inThread: false }).then((removed) => {
         finished = true;
         return removed;
       });
@@ -1054,7 +1028,7 @@ describe('the expiry sweep', () => {
       };
       setImmediate(spin);
       const started = performance.now();
-      const removed = await server.services.pastes.sweepExpired(50, 0);
+      const removed = await server.services.pastes.sweepExpired({ firstBatch: 50, minPauseMs: 0, inThread: false });
       const elapsed = performance.now() - started;
       loaded = false;
       assert.equal(removed, 3000);
@@ -1081,7 +1055,12 @@ describe('the expiry sweep', () => {
     try {
       const batches = await expiredPastesWithTimedSweep(server);
       // Told the server was busy throughout (and no minimum pause): a twentieth of the time.
-      await server.services.pastes.sweepExpired(50, 0, () => () => 1);
+      await server.services.pastes.sweepExpired({
+        firstBatch: 50,
+        minPauseMs: 0,
+        busyness: () => () => 1,
+        inThread: false,
+      });
       const { later, swept, span } = sweptAfterFirst(batches);
       // n batches with 19 times as long after each but the last: n / (20n - 19), at most 0.053
       // from twenty on; at a tenth it would be about 0.1 (n / (10n - 9)), at half share a half.
@@ -1104,7 +1083,15 @@ describe('the expiry sweep', () => {
       try {
         // Rows of 2 KB: dear enough that idle batches stay under the cap of 1,000 rows.
         const batches = await expiredPastesWithTimedSweep(server, 2048);
-        assert.equal(await server.services.pastes.sweepExpired(50, 0, () => () => busy), 3000);
+        assert.equal(
+          await server.services.pastes.sweepExpired({
+            firstBatch: 50,
+            minPauseMs: 0,
+            busyness: () => () => busy,
+            inThread: false,
+          }),
+          3000,
+        );
         // From the third batch on, the size has followed the batches' times.
         sizes[name] = batches
           .slice(2)
@@ -1131,7 +1118,10 @@ describe('the expiry sweep', () => {
     try {
       const batches = await expiredPastesWithTimedSweep(server);
       // Told the server is busy: the database's time is not the event loop's, so no tenth either.
-      assert.equal(await server.services.pastes.sweepExpired(10, 0, () => () => 1), 3000);
+      assert.equal(
+        await server.services.pastes.sweepExpired({ firstBatch: 10, minPauseMs: 0, busyness: () => () => 1 }),
+        3000,
+      );
       // Sized by 2 ms of wall time (round trips included), every batch stayed at 10 to 20 rows.
       assert.ok(Math.max(...batches.map((b) => b.size)) >= 160, `batch sizes ${batches.map((b) => b.size).join(' ')}`);
       for (let i = 1; i < batches.length; i++) {
@@ -1148,8 +1138,8 @@ describe('the expiry sweep', () => {
     const server = await startServer();
     try {
       const batches = await expiredPastesWithTimedSweep(server);
-      const first = server.services.pastes.sweepExpired(50);
-      const second = server.services.pastes.sweepExpired(50);
+      const first = server.services.pastes.sweepExpired({ firstBatch: 50 });
+      const second = server.services.pastes.sweepExpired({ firstBatch: 50 });
       assert.equal(second, first, 'a second sweep was started beside the first');
       assert.equal(await first, 3000);
       for (let i = 1; i < batches.length; i++) {
@@ -1157,7 +1147,7 @@ describe('the expiry sweep', () => {
         assert.ok((batches[i] as { start: number }).start >= previous.end, 'two batches overlapped');
       }
       // Once it is over, a new call starts a new sweep.
-      assert.equal(await server.services.pastes.sweepExpired(50), 0);
+      assert.equal(await server.services.pastes.sweepExpired({ firstBatch: 50 }), 0);
     } finally {
       await server.close();
     }
@@ -1598,7 +1588,7 @@ describe('view counts kept apart from the pastes', () => {
       await other.query('BEGIN');
       await other.query("SELECT id FROM pastes WHERE id = 'DLc' FOR UPDATE");
       await other.query("UPDATE paste_views SET views = views + 1 WHERE paste_id = 'DLa'");
-      const sweeping = server.services.pastes.sweepExpired(10, 0);
+      const sweeping = server.services.pastes.sweepExpired({ firstBatch: 10, minPauseMs: 0 });
       const waiting = async () =>
         Number(
           (
@@ -1613,7 +1603,7 @@ describe('view counts kept apart from the pastes', () => {
       await other.query("UPDATE paste_views SET views = views + 1 WHERE paste_id = 'DLb'");
       await other.query('COMMIT');
       assert.equal(await sweeping, 2, 'DLa and DLb swept, DLc (held) left for the next sweep');
-      assert.equal(await server.services.pastes.sweepExpired(10, 0), 1);
+      assert.equal(await server.services.pastes.sweepExpired({ firstBatch: 10, minPauseMs: 0 }), 1);
       assert.equal((await storedViews(server)).size, 0);
     } finally {
       await other.end();

@@ -361,34 +361,44 @@ export class PasteService {
   /**
    * Removes every expired paste, in batches; a call made while a sweep is under way gets that
    * sweep's promise instead of starting another beside it (two would add up their shares and run
-   * batches back to back). On SQLite a batch is synchronous and holds the event loop: it is sized
-   * to take about 2 ms while the server is idle, down to 0.25 ms while requests keep it busy (the
-   * size follows how long the last one took, between 10 and 1,000 rows: a million expired 1 KB
-   * rows go about 10 at a time, 0.17–0.27 ms a batch measured in a script, as 20 take longer),
-   * and the pause after it sets the sweep's share of the server's time: half of it idle, down to
-   * a twentieth busy (how busy: the event loop's utilization during the previous pause, when only
-   * requests ran). A batch takes time from the requests waiting behind it, so under load a larger
-   * share or a longer batch would cost them throughput and latency in proportion; idle, the
-   * backlog goes at full pace. A million expired rows take a minute and a half idle on this kind
-   * of machine and 6.6 to 9 minutes under full load, which D12 allows ("within minutes"). On
-   * PostgreSQL a batch waits for the database and holds the event loop only to send it: it is
-   * sized to take about SWEEP_SLICE_ASYNC_MS there, and the pause is as long as the batch took
-   * (half the database time), whatever the load. `busyness` is for tests: the share of a pause
-   * spent on requests.
+   * batches back to back).
+   *
+   * On a SQLite file served with its threads, a backlog goes to the expiry sweep's thread
+   * (expiry-sweeper.ts): the first batch runs here, and if it came back full, the thread deletes
+   * the rest of what had expired by then, in batches that never hold the event loop, when the
+   * server's core would otherwise be idle, taking turns with the server's writes
+   * (write-gate.ts). A million expired 1 KB rows take 30 s idle and 8.7 minutes under full /raw
+   * load on this kind of machine (BENCHMARKS.md), which D12 allows ("within minutes").
+   *
+   * Elsewhere (SQLite in memory, `inThread: false`) a batch is synchronous and holds the event
+   * loop: it is sized to take about 2 ms while the server is idle, down to 0.25 ms while requests
+   * keep it busy (the size follows how long the last one took, between 10 and 1,000 rows), and
+   * the pause after it sets the sweep's share of the server's time: half of it idle, down to a
+   * twentieth busy (how busy: the event loop's utilization during the previous pause, when only
+   * requests ran). On PostgreSQL a batch waits for the database and holds the event loop only to
+   * send it: it is sized to take about SWEEP_SLICE_ASYNC_MS there, and the pause is as long as
+   * the batch took (half the database time), whatever the load.
    */
-  sweepExpired(firstBatch = 50, minPauseMs = 2, busyness = eventLoopBusyness): Promise<number> {
+  sweepExpired(options: SweepOptions = {}): Promise<number> {
     if (this.sweeping) return this.sweeping;
-    const sweep = this.sweepAll(firstBatch, minPauseMs, busyness).finally(() => {
+    const sweep = this.sweepAll({
+      firstBatch: options.firstBatch ?? 50,
+      minPauseMs: options.minPauseMs ?? 2,
+      busyness: options.busyness ?? eventLoopBusyness,
+      inThread: options.inThread ?? true,
+    }).finally(() => {
       this.sweeping = null;
     });
     this.sweeping = sweep;
     return sweep;
   }
 
-  private async sweepAll(firstBatch: number, minPauseMs: number, busyness: () => () => number): Promise<number> {
+  private async sweepAll(options: Required<SweepOptions>): Promise<number> {
+    const { firstBatch, minPauseMs, busyness } = options;
     let removed = 0;
     let batch = firstBatch;
     let busy = 0;
+    let first = true;
     for (;;) {
       const started = performance.now();
       const now = this.clock();
@@ -397,6 +407,11 @@ export class PasteService {
       const took = performance.now() - started;
       removed += count;
       if (count < batch) return removed;
+      if (first && held !== null && options.inThread) {
+        const rest = this.pastes.deleteExpiredInThread(now, batch);
+        if (rest) return removed + (await rest);
+      }
+      first = false;
       // From the idle value to the busy one as the loop was busy (SQLite's batches only).
       const load = held === null ? 0 : Math.min(1, Math.max(0, busy));
       const byLoad = (idle: number, busier: number) => idle - (idle - busier) * load;
@@ -409,6 +424,17 @@ export class PasteService {
       busy = measure();
     }
   }
+}
+
+export interface SweepOptions {
+  /** Rows in the first batch. */
+  firstBatch?: number;
+  /** The shortest pause between two batches run here (ms). */
+  minPauseMs?: number;
+  /** For tests: the share of a pause spent on requests, measured (see eventLoopBusyness). */
+  busyness?: () => () => number;
+  /** False: a backlog on a SQLite file is swept here too, not by the sweep's thread. */
+  inThread?: boolean;
 }
 
 /**

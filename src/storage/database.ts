@@ -9,8 +9,10 @@ import { dirname, resolve } from 'node:path';
 import BetterSqlite3 from 'better-sqlite3';
 import { Kysely, PostgresDialect, SqliteDialect } from 'kysely';
 import type pg from 'pg';
+import { ExpirySweeper } from './expiry-sweeper.js';
 import type { Database } from './schema.js';
 import { WalCheckpointer } from './wal-checkpointer.js';
+import { WriteGate } from './write-gate.js';
 
 /** The PostgreSQL driver, loaded only for a PostgreSQL database (it costs 17 MB of memory). */
 const loadPg = (): typeof pg => createRequire(import.meta.url)('pg');
@@ -26,11 +28,18 @@ export interface Storage {
   pgPool: pg.Pool | null;
   /** SQLite with backgroundCheckpoints: the thread that checkpoints the WAL; null otherwise. */
   checkpointer?: WalCheckpointer | null;
+  /** SQLite with backgroundCheckpoints: the thread that sweeps a backlog of expired pastes. */
+  expirySweeper?: ExpirySweeper | null;
+  /** With the expiry sweeper: the turns its thread and this connection take at writing. */
+  writeGate?: WriteGate | null;
   close(): Promise<void>;
 }
 
 export interface StorageOptions {
-  /** SQLite: WAL checkpoints run by a thread of their own (the server; not one-off commands). */
+  /**
+   * SQLite: WAL checkpoints run by a thread of their own, and a backlog of expired pastes swept by
+   * another (the server; not one-off commands).
+   */
   backgroundCheckpoints?: boolean;
   /** With backgroundCheckpoints: the pages of log that restart it (RESTART_PAGES; tests go lower). */
   walRestartPages?: number;
@@ -55,8 +64,16 @@ function openSqlite(path: string, options: StorageOptions): Storage {
   // and the leaves of random reads miss either way (the OS cache holds the file). Measured: the
   // same /raw rate, 7 MB less RSS.
   sqlite.pragma('cache_size = -4000');
-  const checkpointer =
-    !memory && options.backgroundCheckpoints ? new WalCheckpointer(sqlite, path, options.walRestartPages) : null;
+  const threads = !memory && options.backgroundCheckpoints;
+  const checkpointer = threads ? new WalCheckpointer(sqlite, path, options.walRestartPages) : null;
+  let expirySweeper: ExpirySweeper | null = null;
+  let writeGate: WriteGate | null = null;
+  if (threads) {
+    // A second writer of the file: the two take turns (write-gate.ts).
+    writeGate = new WriteGate();
+    writeGate.install(sqlite);
+    expirySweeper = new ExpirySweeper(path, writeGate);
+  }
   const db = new Kysely<Database>({ dialect: new SqliteDialect({ database: withStatementCache(sqlite) }) });
   return {
     db,
@@ -64,7 +81,10 @@ function openSqlite(path: string, options: StorageOptions): Storage {
     sqlite,
     pgPool: null,
     checkpointer,
+    expirySweeper,
+    writeGate,
     async close() {
+      await expirySweeper?.stop();
       await checkpointer?.stop();
       await db.destroy();
     },

@@ -6,6 +6,7 @@ import type BetterSqlite3 from 'better-sqlite3';
 import { type Kysely, type Selectable, sql } from 'kysely';
 import type pg from 'pg';
 import type { Paste } from '../pastes/paste.js';
+import type { ExpirySweeper, SweepStatements } from './expiry-sweeper.js';
 import { answeredByServer, preparedQuery } from './prepared-query.js';
 import type { Database, PasteTable } from './schema.js';
 
@@ -257,6 +258,14 @@ function expiredPastesDelete(db: Kysely<Database>, now: number, batch: number) {
   return db.deleteFrom('pastes').where('id', 'in', expiredBatch(db, now, batch));
 }
 
+/** The SQL of one batch of the sweep, each statement with the parameters (now, batch). */
+export function expirySweepSql(db: Kysely<Database>): SweepStatements {
+  const forget = expiredViewsDelete(db, 0, 1).compile();
+  const remove = expiredPastesDelete(db, 0, 1).compile();
+  if (forget.parameters.length !== 2 || remove.parameters.length !== 2) throw new Error('sweep');
+  return { forget: forget.sql, remove: remove.sql };
+}
+
 type InTransaction = (trx: Kysely<Database>) => Promise<void>;
 
 interface PendingInsert {
@@ -325,6 +334,7 @@ export class PasteRepository {
     private readonly groupCommit = false,
     sqlite: BetterSqlite3.Database | null = null,
     pgPool: pg.Pool | null = null,
+    private readonly expirySweeper: ExpirySweeper | null = null,
   ) {
     this.findLiveQuery = preparedQuery(
       db,
@@ -377,17 +387,18 @@ export class PasteRepository {
       this.insertStatement = sqlite.prepare(compiled.sql);
       this.sqlite = sqlite;
       this.addViewsStatement = sqlite.prepare(addViewsSqlite('').compile(db).sql);
-      const forgetExpired = expiredViewsDelete(db, 0, 1).compile();
-      const deleteExpired = expiredPastesDelete(db, 0, 1).compile();
-      if (forgetExpired.parameters.length !== 2 || deleteExpired.parameters.length !== 2) throw new Error('sweep');
-      const forget = sqlite.prepare(forgetExpired.sql);
-      const remove = sqlite.prepare(deleteExpired.sql);
+      this.sweepStatements = expirySweepSql(db);
+      const forget = sqlite.prepare(this.sweepStatements.forget);
+      const remove = sqlite.prepare(this.sweepStatements.remove);
       this.sweepBatch = sqlite.transaction((now: number, batch: number) => {
         forget.run(now, batch);
         return remove.run(now, batch).changes;
       });
     }
   }
+
+  /** On SQLite, the SQL of a batch of the sweep, for the sweep's thread. */
+  private readonly sweepStatements: SweepStatements | null = null;
 
   /** On SQLite, one batch of the sweep as one synchronous transaction on the handle. */
   private readonly sweepBatch: ((now: number, batch: number) => number) | null = null;
@@ -767,6 +778,16 @@ export class PasteRepository {
   deleteExpiredNow(now: number, batch: number): number | null {
     if (!this.sweepBatch || this.sqlite?.inTransaction) return null;
     return this.sweepBatch(now, batch);
+  }
+
+  /**
+   * On a SQLite file served with its threads (database.ts), every paste expired at `now` deleted
+   * by the expiry sweep's thread (expiry-sweeper.ts), in batches that never hold the event loop;
+   * how many went. Null where there is no such thread: use deleteExpiredNow or deleteExpired.
+   */
+  deleteExpiredInThread(now: number, firstBatch: number): Promise<number> | null {
+    if (!this.expirySweeper || !this.sweepStatements) return null;
+    return this.expirySweeper.sweep(this.sweepStatements, now, firstBatch);
   }
 
   /**

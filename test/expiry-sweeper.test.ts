@@ -1,0 +1,227 @@
+/**
+ * The expiry sweep's thread on a SQLite file (src/storage/expiry-sweeper.ts) and the turns it
+ * takes with the server's connection at writing (src/storage/write-gate.ts): a backlog swept
+ * off the event loop, the server's transactions and writes never broken or sent to SQLite's busy
+ * handler by the thread's commits, a stop that loses nothing, a failure that is reported.
+ * Each test opens a SQLite file of its own, whichever database the rest of the suite runs on.
+ */
+import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, describe, it } from 'node:test';
+import Database from 'better-sqlite3';
+import { sql } from 'kysely';
+import { PasteService } from '../src/pastes/paste-service.js';
+import { openStorage, type Storage } from '../src/storage/database.js';
+import { migrateToLatest } from '../src/storage/migrations.js';
+import { expirySweepSql, PasteRepository } from '../src/storage/paste-repository.js';
+import { plainPaste } from './helpers.js';
+
+const NOW = 1_800_000_000_000;
+const dirs: string[] = [];
+after(() => {
+  for (const dir of dirs) rmSync(dir, { recursive: true, force: true });
+});
+
+interface Fixture {
+  file: string;
+  storage: Storage;
+  repository: PasteRepository;
+  service: PasteService;
+}
+
+/** A served SQLite file (with its threads) holding `expired` expired pastes and `live` live ones. */
+async function fixture(expired: number, live = 100, contentBytes = 100): Promise<Fixture> {
+  const dir = mkdtempSync(join(tmpdir(), 'fastpaste-sweeper-'));
+  dirs.push(dir);
+  const file = join(dir, 'fastpaste.db');
+  const seeding = openStorage(`sqlite:${file}`);
+  await migrateToLatest(seeding.db);
+  const sqlite = seeding.sqlite as Database.Database;
+  const insert = sqlite.prepare(
+    `INSERT INTO pastes (id, content, content_type, file_size, sha256, created_at, expires_at, view_count,
+       burn_after_read, encrypted, downloadable, is_public, source)
+     VALUES (?, ?, 'text', ?, ?, ?, ?, 0, 0, 0, 1, 0, 'api')`,
+  );
+  const content = 'x'.repeat(contentBytes);
+  sqlite.transaction(() => {
+    for (let i = 0; i < expired; i++)
+      insert.run(`E${i}`, content, contentBytes, 'a'.repeat(64), NOW - 10_000, NOW - 1 - i);
+    for (let i = 0; i < live; i++) insert.run(`L${i}`, content, contentBytes, 'a'.repeat(64), NOW - 10_000, null);
+  })();
+  await seeding.close();
+  const storage = openStorage(`sqlite:${file}`, { backgroundCheckpoints: true });
+  const repository = new PasteRepository(storage.db, true, storage.sqlite, null, storage.expirySweeper ?? null);
+  return { file, storage, repository, service: new PasteService(repository, () => NOW) };
+}
+
+/** Counts rows from a connection of its own (what is committed, not what a transaction sees). */
+function committed(file: string, where: string): number {
+  const db = new Database(file, { readonly: true });
+  try {
+    return (db.prepare(`SELECT COUNT(*) AS n FROM pastes WHERE ${where}`).get() as { n: number }).n;
+  } finally {
+    db.close();
+  }
+}
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+describe('the expiry sweep of a SQLite file', () => {
+  it('hands a backlog to its thread: the event loop runs one batch of it', async () => {
+    const { file, storage, repository, service } = await fixture(20_000);
+    try {
+      let onLoop = 0;
+      let inThread = 0;
+      const deleteExpiredNow = repository.deleteExpiredNow.bind(repository);
+      const deleteExpiredInThread = repository.deleteExpiredInThread.bind(repository);
+      repository.deleteExpiredNow = (now, batch) => {
+        onLoop++;
+        return deleteExpiredNow(now, batch);
+      };
+      repository.deleteExpiredInThread = (now, batch) => {
+        inThread++;
+        return deleteExpiredInThread(now, batch);
+      };
+      assert.equal(await service.sweepExpired(), 20_000);
+      assert.equal(onLoop, 1, 'batches of the backlog ran on the event loop');
+      assert.equal(inThread, 1);
+      assert.equal(committed(file, 'expires_at IS NOT NULL'), 0);
+      assert.equal(committed(file, 'expires_at IS NULL'), 100, 'a live paste was swept');
+      // A sweep that finds less than a batch stays on the event loop: no thread for a few rows.
+      assert.equal(await service.sweepExpired(), 0);
+      assert.equal(inThread, 1);
+    } finally {
+      await storage.close();
+    }
+  });
+
+  it("waits for a transaction of the server's that reads and then writes", async () => {
+    const { file, storage, service } = await fixture(5_000);
+    try {
+      let sweeping: Promise<number> | null = null;
+      await storage.db.transaction().execute(async (trx) => {
+        await sql`SELECT COUNT(*) AS n FROM pastes`.execute(trx);
+        // The sweep starts while the transaction has read: its first batch runs on the event loop,
+        // which would join this transaction, so the repository goes straight to the thread.
+        sweeping = storage.expirySweeper?.sweep(expirySweepSql(storage.db), NOW, 50) ?? null;
+        await sleep(300);
+        assert.equal(committed(file, 'expires_at IS NOT NULL'), 5_000, 'the thread deleted during the transaction');
+        // Had the thread committed since the read above, this would fail with SQLITE_BUSY_SNAPSHOT.
+        await trx.updateTable('pastes').set({ title: 'kept' }).where('id', '=', 'L1').execute();
+      });
+      assert.equal(await sweeping, 5_000);
+      assert.equal(committed(file, "title = 'kept'"), 1);
+      assert.equal(await service.sweepExpired(), 0);
+    } finally {
+      await storage.close();
+    }
+  });
+
+  it("never sends the server's writes to SQLite's busy handler while it sweeps", async () => {
+    // Rows of 8 KB: the sweep lasts long enough for many writes to meet its batches.
+    const { file, storage, repository, service } = await fixture(20_000, 10, 8192);
+    try {
+      // With no busy handler, a write that met the thread's transaction would fail at once.
+      storage.sqlite?.pragma('busy_timeout = 0');
+      let done = false;
+      const sweeping = service.sweepExpired().finally(() => {
+        done = true;
+      });
+      let written = 0;
+      let duringSweep = 0;
+      while (!done) {
+        assert.equal(await repository.insertIfFree(plainPaste(`N${written}`, 'new', NOW)), true);
+        written++;
+        if (!done) duringSweep++;
+        await sleep(1);
+      }
+      assert.equal(await sweeping, 20_000);
+      assert.ok(duringSweep >= 20, `only ${duringSweep} writes met the sweep`);
+      assert.equal(committed(file, "id LIKE 'N%'"), written);
+      assert.equal(committed(file, 'expires_at IS NOT NULL'), 0);
+    } finally {
+      await storage.close();
+    }
+  });
+
+  it('stops after its batch under way when the storage closes, losing nothing', async () => {
+    const { file, storage, service } = await fixture(100_000, 100, 1024);
+    const sweeping = service.sweepExpired();
+    await sleep(150);
+    await storage.close();
+    const removed = await sweeping;
+    assert.ok(removed > 0 && removed < 100_000, `${removed} removed before the stop`);
+    assert.equal(committed(file, 'expires_at IS NOT NULL'), 100_000 - removed);
+    assert.equal(committed(file, 'expires_at IS NULL'), 100);
+    const db = new Database(file, { readonly: true });
+    try {
+      assert.equal(db.pragma('integrity_check', { simple: true }), 'ok');
+    } finally {
+      db.close();
+    }
+  });
+
+  it('reports a failure of its thread', async () => {
+    const { storage } = await fixture(0);
+    try {
+      await assert.rejects(
+        storage.expirySweeper?.sweep({ forget: 'DELETE FROM nowhere', remove: 'DELETE FROM nowhere' }, NOW, 50) ??
+          Promise.resolve(),
+        /expiry sweep thread: no such table: nowhere/,
+      );
+      // The gate is free again: the server's connection still writes.
+      storage.sqlite?.pragma('busy_timeout = 0');
+      await storage.db.insertInto('pastes').values(rowOf('after')).execute();
+    } finally {
+      await storage.close();
+    }
+  });
+
+  it('holds the gate for a transaction of the server, and only as long as it is open', async () => {
+    const { storage } = await fixture(0);
+    try {
+      const gate = storage.writeGate;
+      assert.ok(gate);
+      await storage.db.insertInto('pastes').values(rowOf('one')).execute();
+      assert.equal(gate.holding, false, 'a write outside a transaction kept the gate');
+      await storage.db.transaction().execute(async (trx) => {
+        await sql`SELECT 1`.execute(trx);
+        assert.equal(gate.holding, true, 'an open transaction did not hold the gate');
+        await trx.insertInto('pastes').values(rowOf('two')).execute();
+      });
+      assert.equal(gate.holding, false, 'a committed transaction kept the gate');
+      await assert.rejects(
+        storage.db.transaction().execute(async (trx) => {
+          await trx.insertInto('pastes').values(rowOf('three')).execute();
+          throw new Error('rolled back');
+        }),
+      );
+      assert.equal(gate.holding, false, 'a rolled back transaction kept the gate');
+      // A read alone takes no part.
+      await storage.db.selectFrom('pastes').select('id').execute();
+      assert.equal(gate.holding, false);
+    } finally {
+      await storage.close();
+    }
+  });
+});
+
+function rowOf(id: string) {
+  return {
+    id,
+    content: 'x',
+    content_type: 'text' as const,
+    file_size: 1,
+    sha256: 'a'.repeat(64),
+    created_at: NOW,
+    expires_at: null,
+    view_count: 0,
+    burn_after_read: 0,
+    encrypted: 0,
+    downloadable: 1,
+    is_public: 0,
+    source: 'api' as const,
+  };
+}
