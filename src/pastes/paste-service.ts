@@ -398,7 +398,7 @@ export class PasteService {
     let removed = 0;
     let batch = firstBatch;
     let busy = 0;
-    let first = true;
+    let threadTried = false;
     for (;;) {
       const started = performance.now();
       const now = this.clock();
@@ -407,11 +407,12 @@ export class PasteService {
       const took = performance.now() - started;
       removed += count;
       if (count < batch) return removed;
-      if (first && held !== null && options.inThread) {
+      // The first batch run on the handle (not through a transaction of Kysely's) decides.
+      if (!threadTried && held !== null && options.inThread) {
+        threadTried = true;
         const rest = this.pastes.deleteExpiredInThread(now, batch);
         if (rest) return removed + (await rest);
       }
-      first = false;
       // From the idle value to the busy one as the loop was busy (SQLite's batches only).
       const load = held === null ? 0 : Math.min(1, Math.max(0, busy));
       const byLoad = (idle: number, busier: number) => idle - (idle - busier) * load;

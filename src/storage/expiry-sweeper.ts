@@ -58,6 +58,7 @@ try {
   db = new Database(workerData.file);
   db.pragma('busy_timeout = ' + workerData.waitLimitMs);
   db.pragma('synchronous = NORMAL');
+  db.pragma('foreign_keys = ON');
   db.pragma('cache_size = -4000');
   // The checkpoints are the checkpoint thread's and this thread's, between batches: one run
   // inside a commit would hold the gate through the copying and its fsync.
@@ -73,22 +74,21 @@ try {
   // server taking the core (this thread is the one that waits) does not shrink the next.
   let perRow = Infinity;
   let batches = 0;
+  parentPort.postMessage({ ready: true });
   for (;;) {
     if (Atomics.load(flags, STOP_ASKED) === 1) break;
-    // The server's connection writes: wait until it is done (or has held the gate too long).
+    // The server's connection writes or has a transaction open: wait until it is done, however
+    // long (a batch beside its transaction could break it), looking at the stop flag each second.
     if (Atomics.load(flags, SERVER_WRITING) === 1) {
-      Atomics.wait(flags, SERVER_WRITING, 1, workerData.waitLimitMs);
-      if (Atomics.load(flags, SERVER_WRITING) === 1) {
-        Atomics.store(flags, THREAD_WRITING, 1);
-      } else continue;
-    } else {
-      Atomics.store(flags, THREAD_WRITING, 1);
-      // Both raised their flags at once: the server goes first.
-      if (Atomics.load(flags, SERVER_WRITING) === 1) {
-        Atomics.store(flags, THREAD_WRITING, 0);
-        Atomics.notify(flags, THREAD_WRITING);
-        continue;
-      }
+      Atomics.wait(flags, SERVER_WRITING, 1, 1000);
+      continue;
+    }
+    Atomics.store(flags, THREAD_WRITING, 1);
+    // Both raised their flags at once: the server goes first.
+    if (Atomics.load(flags, SERVER_WRITING) === 1) {
+      Atomics.store(flags, THREAD_WRITING, 0);
+      Atomics.notify(flags, THREAD_WRITING);
+      continue;
     }
     let count;
     const started = performance.now();
@@ -129,6 +129,7 @@ export interface SweepStatements {
 export class ExpirySweeper {
   private running: Worker | null = null;
   private stopping = false;
+  private ready: Promise<void> = Promise.resolve();
 
   constructor(
     private readonly file: string,
@@ -162,11 +163,19 @@ export class ExpirySweeper {
         batchesPerCheckpoint: BATCHES_PER_CHECKPOINT,
       },
     });
+    // Not unref'd: whoever awaits the sweep keeps the process up until it ends (storage.close()
+    // stops it sooner).
     this.running = worker;
+    this.ready = new Promise((resolve) => {
+      worker.on('message', (message: { ready?: true }) => {
+        if (message.ready) resolve();
+      });
+      worker.once('exit', () => resolve());
+    });
     return new Promise<number>((resolve, reject) => {
       let answer: { removed: number; error?: string } | null = null;
-      worker.on('message', (message: { removed: number; error?: string }) => {
-        answer = message;
+      worker.on('message', (message: { ready?: true; removed: number; error?: string }) => {
+        if (!message.ready) answer = message;
       });
       worker.on('error', (err) => {
         answer = { removed: answer?.removed ?? 0, error: err.message };
@@ -177,6 +186,11 @@ export class ExpirySweeper {
         else reject(new Error(`expiry sweep thread: ${answer?.error ?? 'exited without an answer'}`));
       });
     });
+  }
+
+  /** Settles once the thread of the sweep under way has prepared its statements (tests). */
+  whenReady(): Promise<void> {
+    return this.ready;
   }
 
   /** Asks a sweep under way to stop after its batch (it commits or rolls back) and waits for it. */

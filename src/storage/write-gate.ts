@@ -8,15 +8,15 @@
  * and no handshake: /raw fell to 401 req/s). And a transaction of the server's that read before
  * it writes would fail outright (SQLITE_BUSY_SNAPSHOT) if the thread committed in between. So the
  * server marks that it wants to write before every write or transaction of its connection, and
- * waits (Atomics.wait, no busy handler) for the thread's batch under way, at most a millisecond
- * or so; the thread starts no batch while the server's mark is up. Two flags in shared memory,
+ * waits (Atomics.wait, no busy handler) for the thread's batch under way, about a millisecond;
+ * the thread starts no batch while the server's mark is up, however long it stays up. Two flags in shared memory,
  * each side raising its own and then reading the other's (both sequentially consistent), so that
  * both cannot go ahead at once; when both see the other's, the thread steps back.
  *
  * The server's reads take no part: in WAL mode a reader is never blocked by a writer. The gate is
  * a courtesy on top of SQLite's own locking, which stays in force (busy_timeout): a write that
- * slipped past it would wait in the busy handler, not corrupt anything, and each side gives up
- * waiting for the other after WAIT_LIMIT_MS and goes to SQLite's locking.
+ * slipped past it would wait in the busy handler, not corrupt anything, and the server gives up
+ * waiting for the thread after WAIT_LIMIT_MS and goes to SQLite's locking.
  */
 import type BetterSqlite3 from 'better-sqlite3';
 
@@ -26,7 +26,7 @@ export const THREAD_WRITING = 0;
 export const SERVER_WRITING = 1;
 /** ...the thread is asked to stop after its batch under way. */
 export const STOP_ASKED = 2;
-/** How long either side waits for the other before it leaves the matter to SQLite's locking. */
+/** How long the server waits for the thread before it leaves the matter to SQLite's locking. */
 export const WAIT_LIMIT_MS = 5000;
 
 /** Transaction control: read-only for SQLite, yet it opens or ends what the gate must cover. */
@@ -38,7 +38,12 @@ export class WriteGate {
   private readonly flags = new Int32Array(this.buffer);
   private held = false;
 
-  /** Before the server's connection writes: waits for the thread's batch under way, if one is. */
+  /**
+   * Before the server's connection writes: waits for the thread's batch under way, if one is
+   * (about a millisecond of the thread's work; the event loop waits, as it would for the write
+   * itself). The thread runs at idle priority, so the wait is longer while other threads at
+   * normal priority keep the core busy (the checkpoint thread's pass, say).
+   */
   enter(): void {
     if (this.held) return;
     this.held = true;
@@ -66,9 +71,11 @@ export class WriteGate {
 
   /**
    * Puts every write of `sqlite` (the server's connection) behind the gate: statements that
-   * write or control transactions, transaction functions and exec. Reads are returned as they
-   * are, so that the hot paths pay nothing. The gate is left when a call ends with no
-   * transaction open (committed, rolled back, or never begun), however it ends.
+   * write or control transactions (run, get, all), transaction functions, exec and pragma.
+   * Reads are returned as they are, so that the hot paths pay nothing. The gate is left when a
+   * call ends with no transaction open (committed, rolled back, or never begun), however it
+   * ends. Not covered: `iterate` over a statement that writes (nothing does), which would meet
+   * the thread in SQLite's busy handler.
    */
   install(sqlite: BetterSqlite3.Database): void {
     const gate = this;
@@ -93,13 +100,17 @@ export class WriteGate {
     const transaction = sqlite.transaction.bind(sqlite);
     sqlite.transaction = ((fn: (...args: unknown[]) => unknown) => {
       const made = transaction(fn);
-      const wrapped = gated(made);
-      for (const mode of ['deferred', 'immediate', 'exclusive'] as const) {
-        Object.defineProperty(wrapped, mode, { value: gated(made[mode]) });
+      const modes = ['default', 'deferred', 'immediate', 'exclusive'] as const;
+      const wrapped = Object.fromEntries(modes.map((mode) => [mode, gated(made[mode] ?? made)]));
+      // As better-sqlite3 does: each version carries all of them.
+      for (const version of Object.values(wrapped)) {
+        for (const mode of modes) Object.defineProperty(version, mode, { value: wrapped[mode] });
+        Object.defineProperty(version, 'database', { value: sqlite });
       }
-      Object.defineProperty(wrapped, 'database', { value: sqlite });
-      return wrapped;
+      return wrapped.default;
     }) as typeof sqlite.transaction;
+    const pragma = sqlite.pragma.bind(sqlite);
+    sqlite.pragma = gated(pragma) as typeof sqlite.pragma;
     sqlite.exec = gated(sqlite.exec.bind(sqlite)) as typeof sqlite.exec;
   }
 }
