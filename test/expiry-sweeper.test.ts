@@ -6,7 +6,7 @@
  * Each test opens a SQLite file of its own, whichever database the rest of the suite runs on.
  */
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
@@ -66,6 +66,18 @@ function committed(file: string, where: string): number {
   }
 }
 
+/** Threads of this process scheduled SCHED_IDLE (policy 5, the 41st field of their stat). */
+function idleThreads(): number {
+  let idle = 0;
+  for (const task of readdirSync('/proc/self/task')) {
+    try {
+      const stat = readFileSync(`/proc/self/task/${task}/stat`, 'utf8');
+      if (stat.slice(stat.lastIndexOf(')') + 2).split(' ')[38] === '5') idle++;
+    } catch {} // a thread gone meanwhile
+  }
+  return idle;
+}
+
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 describe('the expiry sweep of a SQLite file', () => {
@@ -92,6 +104,25 @@ describe('the expiry sweep of a SQLite file', () => {
       // A sweep that finds less than a batch stays on the event loop: no thread for a few rows.
       assert.equal(await service.sweepExpired(), 0);
       assert.equal(inThread, 1);
+    } finally {
+      await storage.close();
+    }
+  });
+
+  it('runs at idle priority, and the checkpoint thread with it until the sweep ends', {
+    skip: process.platform !== 'linux' && 'scheduling policies are set on Linux',
+  }, async () => {
+    const { storage, service } = await fixture(100_000);
+    try {
+      assert.equal(idleThreads(), 0);
+      const sweeping = service.sweepExpired();
+      await storage.expirySweeper?.whenReady();
+      // The sweep's thread sets its own policy as it starts, the checkpoint thread at its next turn.
+      for (let i = 0; i < 100 && idleThreads() < 2; i++) await sleep(10);
+      assert.equal(idleThreads(), 2, 'the sweep and the checkpoints at idle priority');
+      assert.equal(await sweeping, 100_000);
+      for (let i = 0; i < 100 && idleThreads() > 0; i++) await sleep(10);
+      assert.equal(idleThreads(), 0, 'the checkpoint thread stayed at idle priority');
     } finally {
       await storage.close();
     }

@@ -94,6 +94,16 @@ function checkpoint() {
 }
 const timer = setInterval(checkpoint, workerData.intervalMs);
 parentPort.on('message', (message) => {
+  // While the expiry sweep's thread runs, the log is almost all its own: copied back at idle
+  // priority too (see ExpirySweeper), then at this thread's niceness again.
+  if (message === 'idle' || message === 'normal') {
+    try {
+      const tid = require('node:fs').readlinkSync('/proc/thread-self').split('/').pop();
+      const policy = message === 'idle' ? '--idle' : '--other';
+      require('node:child_process').execFileSync('chrt', [policy, '--pid', '0', tid], { stdio: 'ignore', timeout: 5000 });
+      if (message === 'normal') require('node:os').setPriority(workerData.niceness);
+    } catch {}
+  }
   if (message === 'stats') parentPort.postMessage({ frames });
   if (message === 'close') {
     clearInterval(timer);
@@ -141,6 +151,18 @@ export class WalCheckpointer {
       this.worker.once('error', reject);
       this.worker.postMessage('stats');
     }).finally(() => this.worker.unref());
+  }
+
+  /**
+   * Runs the checkpoints at idle priority (SCHED_IDLE, Linux with chrt) until atNormalPriority():
+   * while the expiry sweep's thread writes most of the log (see ExpirySweeper).
+   */
+  atIdlePriority(): void {
+    if (!this.stopped && process.platform === 'linux') this.worker.postMessage('idle');
+  }
+
+  atNormalPriority(): void {
+    if (!this.stopped && process.platform === 'linux') this.worker.postMessage('normal');
   }
 
   /** Ends the thread (before the connection closes, which then checkpoints the rest itself). */
