@@ -367,8 +367,8 @@ export class PasteService {
    * (expiry-sweeper.ts): the first batch runs here, and if it came back full, the thread deletes
    * the rest of what had expired by then, in batches that never hold the event loop, when the
    * server's core would otherwise be idle, taking turns with the server's writes
-   * (write-gate.ts). A million expired 1 KB rows take 30 s idle and 8.7 minutes under full /raw
-   * load on this kind of machine (BENCHMARKS.md), which D12 allows ("within minutes").
+   * (write-gate.ts). A million expired 1 KB rows take 30 s idle and 3 to 15 minutes under full
+   * /raw load on this kind of machine (BENCHMARKS.md), which D12 allows ("within minutes").
    *
    * Elsewhere (SQLite in memory, `inThread: false`) a batch is synchronous and holds the event
    * loop: it is sized to take about 2 ms while the server is idle, down to 0.25 ms while requests

@@ -29,7 +29,8 @@ import type BetterSqlite3 from 'better-sqlite3';
 
 const CHECKPOINT_INTERVAL_MS = 100;
 /**
- * The thread's niceness: when the server's core is busy the checkpoints get about a quarter of it
+ * The thread's niceness (SCHED_IDLE instead while the expiry sweep's thread runs, see
+ * atIdlePriority): when the server's core is busy the checkpoints get about a quarter of it
  * (CFS weights 335 against 1024), so a large checkpoint does not stall requests; idle, all of it.
  * A tenth (niceness 10) was too little under continuous creates: with RESTART_PAGES in place the
  * log still grew to 900 MB in 10 s, as the thread was mid-pass whenever the connection tried.

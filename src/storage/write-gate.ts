@@ -41,8 +41,8 @@ export class WriteGate {
   /**
    * Before the server's connection writes: waits for the thread's batch under way, if one is
    * (about a millisecond of the thread's work; the event loop waits, as it would for the write
-   * itself). The thread runs at idle priority, so the wait is longer while other threads at
-   * normal priority keep the core busy (the checkpoint thread's pass, say).
+   * itself). The thread runs at idle priority, so the wait is longer while threads at normal
+   * priority keep the core busy (another process's, say).
    */
   enter(): void {
     if (this.held) return;
