@@ -26,15 +26,14 @@
  */
 import { createRequire } from 'node:module';
 import { Worker } from 'node:worker_threads';
-import { STOP_ASKED, WAIT_LIMIT_MS, type WriteGate } from './write-gate.js';
+import { SCHEDULE_SOURCE } from './thread-priority.js';
+import { SERVER_WRITING, STOP_ASKED, THREAD_WRITING, WAIT_LIMIT_MS, type WriteGate } from './write-gate.js';
 
 /** How long a batch may take (the longest a write of the server's waits for it). */
 const BATCH_TARGET_MS = 1;
 /** Batch sizes, in rows. */
 const MIN_BATCH = 10;
 const MAX_BATCH = 1000;
-/** Niceness of the thread where SCHED_IDLE cannot be set (no chrt, not Linux). */
-const SWEEP_NICENESS = 19;
 
 /** The thread's code (CommonJS, no TypeScript loader needed in the thread). */
 const THREAD = `
@@ -42,22 +41,12 @@ const { parentPort, workerData } = require('node:worker_threads');
 const Database = require(workerData.driver);
 const { gate, now, sql } = workerData;
 const flags = new Int32Array(gate);
-const [THREAD_WRITING, SERVER_WRITING, STOP_ASKED] = [0, 1, 2];
+const { THREAD_WRITING, SERVER_WRITING, STOP_ASKED } = workerData.flagIndexes;
+${SCHEDULE_SOURCE}
 let removed = 0;
 let db = null;
 try {
-  // Linux schedules threads one by one: SCHED_IDLE for this one alone (chrt, from util-linux),
-  // else the lowest niceness.
-  if (process.platform === 'linux') {
-    try {
-      const tid = require('node:fs').readlinkSync('/proc/thread-self').split('/').pop();
-      require('node:child_process').execFileSync('chrt', ['--idle', '--pid', '0', tid], { stdio: 'ignore', timeout: 5000 });
-    } catch {
-      try {
-        require('node:os').setPriority(workerData.niceness);
-      } catch {}
-    }
-  }
+  schedule(true);
   db = new Database(workerData.file);
   db.pragma('busy_timeout = ' + workerData.waitLimitMs);
   db.pragma('synchronous = NORMAL');
@@ -157,7 +146,7 @@ export class ExpirySweeper {
         minBatch: MIN_BATCH,
         maxBatch: MAX_BATCH,
         targetMs: BATCH_TARGET_MS,
-        niceness: SWEEP_NICENESS,
+        flagIndexes: { THREAD_WRITING, SERVER_WRITING, STOP_ASKED },
         waitLimitMs: WAIT_LIMIT_MS,
       },
     });
@@ -165,21 +154,21 @@ export class ExpirySweeper {
     // stops it sooner).
     this.running = worker;
     this.checkpointer?.atIdlePriority();
+    let ready = () => {};
     this.ready = new Promise((resolve) => {
-      worker.on('message', (message: { ready?: true }) => {
-        if (message.ready) resolve();
-      });
-      worker.once('exit', () => resolve());
+      ready = resolve;
     });
     return new Promise<number>((resolve, reject) => {
       let answer: { removed: number; error?: string } | null = null;
       worker.on('message', (message: { ready?: true; removed: number; error?: string }) => {
-        if (!message.ready) answer = message;
+        if (message.ready) ready();
+        else answer = message;
       });
       worker.on('error', (err) => {
         answer = { removed: answer?.removed ?? 0, error: err.message };
       });
       worker.on('exit', () => {
+        ready();
         this.running = null;
         this.checkpointer?.atNormalPriority();
         if (answer && !answer.error) resolve(answer.removed);
@@ -201,7 +190,7 @@ export class ExpirySweeper {
     const exited = new Promise((resolve) => worker.once('exit', resolve));
     const flags = new Int32Array(this.gate.buffer);
     Atomics.store(flags, STOP_ASKED, 1);
-    Atomics.notify(flags, 1);
+    Atomics.notify(flags, SERVER_WRITING); // the thread may be waiting on the server's flag
     await exited;
   }
 }

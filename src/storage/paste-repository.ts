@@ -386,6 +386,9 @@ export class PasteRepository {
       if (compiled.parameters.length !== Object.keys(toRow(SAMPLE)).length) throw new Error('insert columns');
       this.insertStatement = sqlite.prepare(compiled.sql);
       this.sqlite = sqlite;
+      // Made once: a transaction function of the handle's (wrapped by the write gate) per group
+      // commit was work on the create path.
+      this.inOneTransaction = sqlite.transaction((run: () => boolean[]) => run());
       this.addViewsStatement = sqlite.prepare(addViewsSqlite('').compile(db).sql);
       this.sweepStatements = expirySweepSql(db);
       const forget = sqlite.prepare(this.sweepStatements.forget);
@@ -396,6 +399,9 @@ export class PasteRepository {
       });
     }
   }
+
+  /** On SQLite, runs its argument in one transaction on the handle (commitNow). */
+  private readonly inOneTransaction: ((run: () => boolean[]) => boolean[]) | null = null;
 
   /** On SQLite, the SQL of a batch of the sweep, for the sweep's thread. */
   private readonly sweepStatements: SweepStatements | null = null;
@@ -423,7 +429,7 @@ export class PasteRepository {
     const sqlite = this.sqlite;
     if (!statement || !sqlite || sqlite.inTransaction || batch.some((item) => item.also)) return null;
     const insertAll = () => batch.map((item) => statement.run(...Object.values(toRow(item.paste))).changes === 1);
-    return batch.length === 1 ? insertAll() : sqlite.transaction(insertAll)();
+    return batch.length === 1 ? insertAll() : (this.inOneTransaction as (run: () => boolean[]) => boolean[])(insertAll);
   }
 
   /**

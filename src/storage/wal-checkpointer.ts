@@ -26,6 +26,7 @@
 import { createRequire } from 'node:module';
 import { Worker } from 'node:worker_threads';
 import type BetterSqlite3 from 'better-sqlite3';
+import { SCHEDULE_SOURCE } from './thread-priority.js';
 
 const CHECKPOINT_INTERVAL_MS = 100;
 /**
@@ -60,6 +61,7 @@ const AUTOCHECKPOINT_PAGES = 1000;
 /** The thread's code (CommonJS, no TypeScript loader needed in the thread). */
 const THREAD = `
 const { parentPort, workerData } = require('node:worker_threads');
+${SCHEDULE_SOURCE}
 const Database = require(workerData.driver);
 const db = new Database(workerData.file);
 // Linux sets niceness per thread: this lowers the checkpoints' share of a busy core, not the
@@ -97,14 +99,7 @@ const timer = setInterval(checkpoint, workerData.intervalMs);
 parentPort.on('message', (message) => {
   // While the expiry sweep's thread runs, the log is almost all its own: copied back at idle
   // priority too (see ExpirySweeper), then at this thread's niceness again.
-  if (message === 'idle' || message === 'normal') {
-    try {
-      const tid = require('node:fs').readlinkSync('/proc/thread-self').split('/').pop();
-      const policy = message === 'idle' ? '--idle' : '--other';
-      require('node:child_process').execFileSync('chrt', [policy, '--pid', '0', tid], { stdio: 'ignore', timeout: 5000 });
-      if (message === 'normal') require('node:os').setPriority(workerData.niceness);
-    } catch {}
-  }
+  if (message === 'idle' || message === 'normal') schedule(message === 'idle', workerData.niceness);
   if (message === 'stats') parentPort.postMessage({ frames });
   if (message === 'close') {
     clearInterval(timer);
