@@ -6,7 +6,7 @@
  * Each test opens a SQLite file of its own, whichever database the rest of the suite runs on.
  */
 import assert from 'node:assert/strict';
-import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
@@ -32,7 +32,7 @@ interface Fixture {
 }
 
 /** A served SQLite file (with its threads) holding `expired` expired pastes and `live` live ones. */
-async function fixture(expired: number, live = 100, contentBytes = 100): Promise<Fixture> {
+async function fixture(expired: number, live = 100, contentBytes = 100, walRestartPages?: number): Promise<Fixture> {
   const dir = mkdtempSync(join(tmpdir(), 'fastpaste-sweeper-'));
   dirs.push(dir);
   const file = join(dir, 'fastpaste.db');
@@ -51,7 +51,10 @@ async function fixture(expired: number, live = 100, contentBytes = 100): Promise
     for (let i = 0; i < live; i++) insert.run(`L${i}`, content, contentBytes, 'a'.repeat(64), NOW - 10_000, null);
   })();
   await seeding.close();
-  const storage = openStorage(`sqlite:${file}`, { backgroundCheckpoints: true });
+  const storage = openStorage(`sqlite:${file}`, {
+    backgroundCheckpoints: true,
+    ...(walRestartPages !== undefined ? { walRestartPages } : {}),
+  });
   const repository = new PasteRepository(storage.db, true, storage.sqlite, null, storage.expirySweeper ?? null);
   return { file, storage, repository, service: new PasteService(repository, () => NOW) };
 }
@@ -123,6 +126,29 @@ describe('the expiry sweep of a SQLite file', () => {
       assert.equal(await sweeping, 100_000);
       for (let i = 0; i < 100 && idleThreads() > 0; i++) await sleep(10);
       assert.equal(idleThreads(), 0, 'the checkpoint thread stayed at idle priority');
+    } finally {
+      await storage.close();
+    }
+  });
+
+  it('starts the log again itself past four restart sizes when nothing else writes', async () => {
+    // Nothing but the sweep writes here. The checkpoint thread copies the log back but cannot
+    // start it again (only a writer can, one that finds it all copied), and the server's
+    // connection, which does past walRestartPages, makes no commit: without the thread's own
+    // restarts the log restarted only when a batch happened to follow a finished pass of the
+    // checkpoint thread, and grew to 2,500-3,300 pages in this test (measured, five runs); with
+    // them, about 330 (the restart size and a batch).
+    // The thread holds the log to four restart sizes: 256 pages here.
+    const restartPages = 64;
+    const { file, storage, service } = await fixture(10_000, 100, 1024, restartPages);
+    try {
+      assert.equal(await service.sweepExpired(), 10_000);
+      // The log file is written over from its beginning at each restart, never cut (below
+      // journal_size_limit): its size is the most pages the log ever held, read before the
+      // connections close and the last one removes it.
+      const pages = statSync(`${file}-wal`).size / (4096 + 24);
+      assert.ok(pages < 1000, `the log grew to ${Math.round(pages)} pages`);
+      assert.equal(committed(file, 'expires_at IS NOT NULL'), 0);
     } finally {
       await storage.close();
     }

@@ -72,7 +72,7 @@ function openSqlite(path: string, options: StorageOptions): Storage {
     // A second writer of the file: the two take turns (write-gate.ts).
     writeGate = new WriteGate();
     writeGate.install(sqlite);
-    expirySweeper = new ExpirySweeper(path, writeGate, checkpointer);
+    expirySweeper = new ExpirySweeper(path, writeGate, checkpointer, options.walRestartPages);
   }
   const db = new Kysely<Database>({ dialect: new SqliteDialect({ database: withStatementCache(sqlite) }) });
   return {

@@ -20,6 +20,10 @@
  * in one run, the sweep 15 minutes, and 91%, 8 against 7 ms in the next, on a slower machine,
  * 194 s). Idle, the million go in 30 s.
  *
+ * Past four times the size at which the log is started again the thread writes nothing until it
+ * has been (whenLogRestarted): its batches broke the restart, and the log of a million-row
+ * sweep under /raw load grew to 1.8 GB.
+ *
  * The rows go in order of expiry, as on the event loop; each batch is a transaction of its own,
  * so a crash or a stop loses nothing but the batch under way (rolled back). Rows that expire
  * after the sweep began wait for the next sweep.
@@ -27,6 +31,7 @@
 import { createRequire } from 'node:module';
 import { Worker } from 'node:worker_threads';
 import { SCHEDULE_SOURCE } from './thread-priority.js';
+import { RESTART_PAGES } from './wal-checkpointer.js';
 import { SERVER_WRITING, STOP_ASKED, THREAD_WRITING, WAIT_LIMIT_MS, type WriteGate } from './write-gate.js';
 
 /** How long a batch may take (the longest a write of the server's waits for it). */
@@ -34,6 +39,17 @@ const BATCH_TARGET_MS = 1;
 /** Batch sizes, in rows. */
 const MIN_BATCH = 10;
 const MAX_BATCH = 1000;
+/**
+ * The longest the log may grow while the thread sweeps, in restart sizes (256 MB): past it the
+ * thread writes nothing until the log has started again (see the thread's whenLogRestarted).
+ * Not at the restart size itself: under full load a wait there, for a restart that comes only
+ * with the server's next commit, made the sweep of a million rows a third slower.
+ */
+const LOG_CAP_RESTARTS = 4;
+/** How long the thread waits for the log to start again before it goes on writing as long. */
+const RESTART_WAIT_MS = 5000;
+/** How long the log must stay unchanged (nothing else writing) before the thread restarts it itself. */
+const QUIET_MS = 20;
 
 /** The thread's code (CommonJS, no TypeScript loader needed in the thread). */
 const THREAD = `
@@ -43,8 +59,11 @@ const { gate, now, sql } = workerData;
 const flags = new Int32Array(gate);
 const { THREAD_WRITING, SERVER_WRITING, STOP_ASKED } = workerData.flagIndexes;
 ${SCHEDULE_SOURCE}
+const fs = require('node:fs');
 let removed = 0;
 let db = null;
+// The -shm file, read for the log's length (whenLogRestarted).
+let shm = null;
 try {
   schedule(true);
   db = new Database(workerData.file);
@@ -65,8 +84,56 @@ try {
   // The cheapest a row has been (ms): batches are sized by it, so that one slowed down by the
   // server taking the core (this thread is the one that waits) does not shrink the next.
   let perRow = Infinity;
+  // The log's length in pages: mxFrame of the wal-index header at the start of the -shm file
+  // (native byte order; https://www.sqlite.org/walformat.html), read with one pread.
+  const header = Buffer.alloc(20);
+  const littleEndian = require('node:os').endianness() === 'LE';
+  function logPages() {
+    try {
+      if (shm === null) shm = fs.openSync(workerData.file + '-shm', 'r');
+      if (fs.readSync(shm, header, 0, 20, 0) < 20) return 0;
+      return littleEndian ? header.readUInt32LE(16) : header.readUInt32BE(16);
+    } catch {
+      return 0;
+    }
+  }
+  const sleep = (ms) => Atomics.wait(flags, STOP_ASKED, 0, ms);
+  // Only a writer that finds the log all copied back can start it again from its beginning.
+  // Under load the server's connection does that past its restart size (wal-checkpointer.ts):
+  // it copies the rest inside one commit and restarts the log at the next, but a batch of this
+  // thread's in between is the first write after the copy instead, and with the checkpoint
+  // thread at idle priority the log went on growing (to 1.8 GB of a million-row sweep under
+  // /raw load, whose view counts are written once a second). So past logCapPages this thread
+  // writes nothing until the log has started again. Should nothing else write meanwhile (the
+  // server idle), it copies the log back itself, outside the gate (a PASSIVE checkpoint takes
+  // no lock a writer waits for; refused at once while the checkpoint thread is mid-pass), and
+  // its next batch starts the log again. At most about restartWaitMs (a reader holding pages
+  // back, the restart not coming), then it writes as long again before it waits again.
+  let writeUntil = 0;
+  function whenLogRestarted() {
+    if (performance.now() < writeUntil) return;
+    let pages = logPages();
+    if (pages < workerData.logCapPages) return;
+    let still = 0;
+    for (let waited = 0; waited < workerData.restartWaitMs; waited += 2) {
+      if (Atomics.load(flags, STOP_ASKED) === 1) return;
+      sleep(2);
+      const now = logPages();
+      if (now < workerData.logCapPages) return;
+      still = now === pages ? still + 2 : 0;
+      pages = now;
+      if (still >= workerData.quietMs) {
+        try {
+          const [result] = db.pragma('wal_checkpoint(PASSIVE)');
+          if (result.busy === 0 && result.checkpointed === result.log) return;
+        } catch {}
+      }
+    }
+    writeUntil = performance.now() + workerData.restartWaitMs;
+  }
   parentPort.postMessage({ ready: true });
   for (;;) {
+    whenLogRestarted();
     if (Atomics.load(flags, STOP_ASKED) === 1) break;
     // The server's connection writes or has a transaction open: wait until it is done, however
     // long (a batch beside its transaction could break it), looking at the stop flag each second.
@@ -96,10 +163,12 @@ try {
     size = Math.max(workerData.minBatch, Math.min(workerData.maxBatch, Math.floor(workerData.targetMs / perRow)));
   }
   db.close();
+  if (shm !== null) fs.closeSync(shm);
   parentPort.postMessage({ removed });
 } catch (err) {
   try {
     if (db && db.open) db.close();
+    if (shm !== null) fs.closeSync(shm);
   } catch {}
   parentPort.postMessage({ removed, error: String(err && err.message ? err.message : err) });
 }
@@ -122,6 +191,8 @@ export class ExpirySweeper {
     private readonly gate: WriteGate,
     /** The checkpoint thread, at idle priority while a sweep runs (the log is the sweep's then). */
     private readonly checkpointer: { atIdlePriority(): void; atNormalPriority(): void } | null = null,
+    /** Pages of log past which it is started again (RESTART_PAGES; tests go lower). */
+    private readonly restartPages = RESTART_PAGES,
   ) {}
 
   /**
@@ -148,6 +219,9 @@ export class ExpirySweeper {
         targetMs: BATCH_TARGET_MS,
         flagIndexes: { THREAD_WRITING, SERVER_WRITING, STOP_ASKED },
         waitLimitMs: WAIT_LIMIT_MS,
+        logCapPages: this.restartPages * LOG_CAP_RESTARTS,
+        restartWaitMs: RESTART_WAIT_MS,
+        quietMs: QUIET_MS,
       },
     });
     // Not unref'd: whoever awaits the sweep keeps the process up until it ends (storage.close()
