@@ -154,6 +154,29 @@ describe('the expiry sweep of a SQLite file', () => {
     }
   });
 
+  it("leaves the server connection's locks on the -shm file in place", {
+    skip: process.platform !== 'linux' && 'POSIX locks are read from /proc/locks',
+  }, async () => {
+    // The thread reads the log's length from the -shm file. Closing any descriptor of a file
+    // drops every POSIX lock the process holds on it: had the thread opened and closed one of
+    // its own, the server's connection would have lost its lock there, and another process
+    // could rebuild the wal-index under it.
+    const { file, storage, service } = await fixture(5_000);
+    try {
+      const inode = statSync(`${file}-shm`).ino;
+      const locks = () =>
+        readFileSync('/proc/locks', 'utf8')
+          .split('\n')
+          .filter((line) => line.includes(` ${process.pid} `) && line.includes(`:${inode} `)).length;
+      const before = locks();
+      assert.ok(before >= 1, 'the connection holds no lock on the -shm file to begin with');
+      assert.equal(await service.sweepExpired(), 5_000);
+      assert.equal(locks(), before, 'a lock on the -shm file was dropped');
+    } finally {
+      await storage.close();
+    }
+  });
+
   it("waits for a transaction of the server's that reads and then writes", async () => {
     const { file, storage, service } = await fixture(5_000);
     try {

@@ -87,6 +87,7 @@ function openSqlite(path: string, options: StorageOptions): Storage {
       await expirySweeper?.stop();
       await checkpointer?.stop();
       await db.destroy();
+      expirySweeper?.closeLogHeader(); // after the last connection: see ExpirySweeper.logHeader
     },
   };
 }

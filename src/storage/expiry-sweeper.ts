@@ -28,6 +28,7 @@
  * so a crash or a stop loses nothing but the batch under way (rolled back). Rows that expire
  * after the sweep began wait for the next sweep.
  */
+import { closeSync, openSync, realpathSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { Worker } from 'node:worker_threads';
 import { SCHEDULE_SOURCE } from './thread-priority.js';
@@ -62,8 +63,8 @@ ${SCHEDULE_SOURCE}
 const fs = require('node:fs');
 let removed = 0;
 let db = null;
-// The -shm file, read for the log's length (whenLogRestarted).
-let shm = null;
+// The -shm file, opened by the main thread (ExpirySweeper.logHeader), read for the log's length.
+const shm = workerData.logHeaderFd;
 try {
   schedule(true);
   db = new Database(workerData.file);
@@ -89,8 +90,8 @@ try {
   const header = Buffer.alloc(20);
   const littleEndian = require('node:os').endianness() === 'LE';
   function logPages() {
+    if (shm < 0) return 0;
     try {
-      if (shm === null) shm = fs.openSync(workerData.file + '-shm', 'r');
       if (fs.readSync(shm, header, 0, 20, 0) < 20) return 0;
       return littleEndian ? header.readUInt32LE(16) : header.readUInt32BE(16);
     } catch {
@@ -114,15 +115,16 @@ try {
     if (performance.now() < writeUntil) return;
     let pages = logPages();
     if (pages < workerData.logCapPages) return;
-    let still = 0;
-    for (let waited = 0; waited < workerData.restartWaitMs; waited += 2) {
+    let quietSince = performance.now();
+    const deadline = quietSince + workerData.restartWaitMs;
+    while (performance.now() < deadline) {
       if (Atomics.load(flags, STOP_ASKED) === 1) return;
       sleep(2);
-      const now = logPages();
-      if (now < workerData.logCapPages) return;
-      still = now === pages ? still + 2 : 0;
-      pages = now;
-      if (still >= workerData.quietMs) {
+      const current = logPages();
+      if (current < workerData.logCapPages) return;
+      if (current !== pages) quietSince = performance.now();
+      pages = current;
+      if (performance.now() - quietSince >= workerData.quietMs) {
         try {
           const [result] = db.pragma('wal_checkpoint(PASSIVE)');
           if (result.busy === 0 && result.checkpointed === result.log) return;
@@ -163,12 +165,10 @@ try {
     size = Math.max(workerData.minBatch, Math.min(workerData.maxBatch, Math.floor(workerData.targetMs / perRow)));
   }
   db.close();
-  if (shm !== null) fs.closeSync(shm);
   parentPort.postMessage({ removed });
 } catch (err) {
   try {
     if (db && db.open) db.close();
-    if (shm !== null) fs.closeSync(shm);
   } catch {}
   parentPort.postMessage({ removed, error: String(err && err.message ? err.message : err) });
 }
@@ -185,6 +185,8 @@ export class ExpirySweeper {
   private running: Worker | null = null;
   private stopping = false;
   private ready: Promise<void> = Promise.resolve();
+  /** See logHeader(). */
+  private logHeaderFd = -1;
 
   constructor(
     private readonly file: string,
@@ -220,6 +222,7 @@ export class ExpirySweeper {
         flagIndexes: { THREAD_WRITING, SERVER_WRITING, STOP_ASKED },
         waitLimitMs: WAIT_LIMIT_MS,
         logCapPages: this.restartPages * LOG_CAP_RESTARTS,
+        logHeaderFd: this.logHeader(),
         restartWaitMs: RESTART_WAIT_MS,
         quietMs: QUIET_MS,
       },
@@ -256,6 +259,30 @@ export class ExpirySweeper {
     return this.ready;
   }
 
+  /**
+   * A descriptor of the -shm file for the threads to read the log's length from, opened once and
+   * kept until closeLogHeader(): SQLite locks that file with POSIX locks, and closing any
+   * descriptor of a file drops every such lock the process holds on it, the server connection's
+   * included (https://www.sqlite.org/howtocorrupt.html, 2.2). -1 when it cannot be opened: the
+   * thread then sweeps without the cap on the log.
+   */
+  private logHeader(): number {
+    if (this.logHeaderFd < 0) {
+      try {
+        this.logHeaderFd = openSync(`${realpathSync(this.file)}-shm`, 'r');
+      } catch {
+        this.logHeaderFd = -1;
+      }
+    }
+    return this.logHeaderFd;
+  }
+
+  /** Closes the -shm descriptor; only once every connection to the file is closed (Storage.close). */
+  closeLogHeader(): void {
+    if (this.logHeaderFd >= 0) closeSync(this.logHeaderFd);
+    this.logHeaderFd = -1;
+  }
+
   /** Asks a sweep under way to stop after its batch (it commits or rolls back) and waits for it. */
   async stop(): Promise<void> {
     this.stopping = true;
@@ -265,6 +292,7 @@ export class ExpirySweeper {
     const flags = new Int32Array(this.gate.buffer);
     Atomics.store(flags, STOP_ASKED, 1);
     Atomics.notify(flags, SERVER_WRITING); // the thread may be waiting on the server's flag
+    Atomics.notify(flags, STOP_ASKED); // or for the log to start again
     await exited;
   }
 }
