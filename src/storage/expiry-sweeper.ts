@@ -32,7 +32,7 @@ import { closeSync, openSync, realpathSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { Worker } from 'node:worker_threads';
 import { SCHEDULE_SOURCE } from './thread-priority.js';
-import { RESTART_PAGES } from './wal-checkpointer.js';
+import { RESTART_PAGES, type WalCheckpointer } from './wal-checkpointer.js';
 import { SERVER_WRITING, STOP_ASKED, THREAD_WRITING, WAIT_LIMIT_MS, type WriteGate } from './write-gate.js';
 
 /** How long a batch may take (the longest a write of the server's waits for it). */
@@ -192,7 +192,7 @@ export class ExpirySweeper {
     private readonly file: string,
     private readonly gate: WriteGate,
     /** The checkpoint thread, at idle priority while a sweep runs (the log is the sweep's then). */
-    private readonly checkpointer: { atIdlePriority(): void; atNormalPriority(): void } | null = null,
+    private readonly checkpointer: Pick<WalCheckpointer, 'atIdlePriority' | 'atNormalPriority'> | null = null,
     /** Pages of log past which it is started again (RESTART_PAGES; tests go lower). */
     private readonly restartPages = RESTART_PAGES,
   ) {}

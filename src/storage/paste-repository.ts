@@ -427,9 +427,12 @@ export class PasteRepository {
   private commitNow(batch: PendingInsert[]): boolean[] | null {
     const statement = this.insertStatement;
     const sqlite = this.sqlite;
-    if (!statement || !sqlite || sqlite.inTransaction || batch.some((item) => item.also)) return null;
+    const inOneTransaction = this.inOneTransaction;
+    if (!statement || !sqlite || !inOneTransaction || sqlite.inTransaction || batch.some((item) => item.also)) {
+      return null;
+    }
     const insertAll = () => batch.map((item) => statement.run(...Object.values(toRow(item.paste))).changes === 1);
-    return batch.length === 1 ? insertAll() : (this.inOneTransaction as (run: () => boolean[]) => boolean[])(insertAll);
+    return batch.length === 1 ? insertAll() : inOneTransaction(insertAll);
   }
 
   /**
