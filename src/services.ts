@@ -58,6 +58,9 @@ function connectRedis(url: string): Redis {
     connectTimeout: 2000,
     maxRetriesPerRequest: 1,
     enableOfflineQueue: false,
+    // The commands of one turn of the event loop go out in one write (a keyed request counts three
+    // windows): by-id on PostgreSQL with Redis counters 0.43 -> 0.52 of RJ, three rounds each.
+    enableAutoPipelining: true,
     retryStrategy: (attempt) => Math.min(attempt * 200, 2000),
   });
   // Connection errors are reported by the commands that fail; the client keeps reconnecting.
