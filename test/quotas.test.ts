@@ -14,9 +14,12 @@ import { type ChildProcess, execFile, spawn } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { describe, it, type TestContext } from 'node:test';
+import { after, before, describe, it, type TestContext } from 'node:test';
 import { fileURLToPath } from 'node:url';
+import { Redis } from 'ioredis';
 import { loadConfig } from '../src/config.js';
+import { AppError } from '../src/errors.js';
+import { RedisCounterStore } from '../src/keys/counter-store.js';
 import { KEY_CACHE_MS, type NewKeyOptions } from '../src/keys/key-service.js';
 import { parseCreateInput } from '../src/pastes/paste-input.js';
 import {
@@ -999,5 +1002,96 @@ describe('fastpaste keys limits / keys usage', () => {
       const badNumber = await fastpaste(['keys', 'limits', 'k_000000000000', '--hourly', 'lots'], env);
       assert.notEqual(badNumber.code, 0, 'a non-numeric limit was accepted');
     });
+  });
+});
+
+describe('Redis counters: the windows of a request in one script run', {
+  skip: process.env.TEST_REDIS_URL ? false : 'needs TEST_REDIS_URL',
+}, () => {
+  const prefix = `test-${process.pid}-${Date.now()}`;
+  const key = (name: string) => `${prefix}:${name}`;
+  const stored = (name: string) => `fastpaste:q:${key(name)}`;
+  let redis: Redis;
+  let store: RedisCounterStore;
+
+  before(async () => {
+    // As the server makes its client (services.ts): pipelined, failing fast.
+    redis = new Redis(process.env.TEST_REDIS_URL as string, {
+      enableAutoPipelining: true,
+      enableOfflineQueue: false,
+      maxRetriesPerRequest: 1,
+      lazyConnect: true,
+    });
+    await redis.connect();
+    store = new RedisCounterStore(redis);
+  });
+
+  after(async () => {
+    const keys = await redis.keys(`fastpaste:q:${prefix}:*`);
+    if (keys.length > 0) await redis.del(...keys);
+    redis.disconnect();
+  });
+
+  it("moves the limiter's own counters, one each, each made with its time to live", async () => {
+    assert.equal(await store.increment(key('a'), 100), 1); // through RateLimiterRedis
+    const counted = await store.incrementAll([
+      { key: key('a'), ttlSeconds: 100 },
+      { key: key('b'), ttlSeconds: 200 },
+      { key: key('c'), ttlSeconds: 300 },
+    ]);
+    assert.deepEqual(counted, [2, 1, 1]);
+    assert.equal(await store.increment(key('b'), 200), 2);
+    assert.equal(await store.read(key('c')), 1);
+    const ttls = await Promise.all(['a', 'b', 'c'].map((name) => redis.ttl(stored(name))));
+    assert.ok((ttls[0] as number) > 90 && (ttls[0] as number) <= 100, `a: ${ttls[0]}`);
+    assert.ok((ttls[1] as number) > 190 && (ttls[1] as number) <= 200, `b: ${ttls[1]}`);
+    assert.ok((ttls[2] as number) > 290 && (ttls[2] as number) <= 300, `c: ${ttls[2]}`);
+    await store.decrement(key('c'), 300);
+    assert.equal(await store.read(key('c')), 0);
+  });
+
+  it('hands out every count once to 200 concurrent runs', async () => {
+    const runs = await Promise.all(
+      Array.from({ length: 200 }, () =>
+        store.incrementAll([
+          { key: key('x'), ttlSeconds: 60 },
+          { key: key('y'), ttlSeconds: 60 },
+        ]),
+      ),
+    );
+    const expected = Array.from({ length: 200 }, (_, i) => i + 1);
+    assert.deepEqual(
+      runs.map((run) => run[0]).sort((p, q) => (p as number) - (q as number)),
+      expected,
+    );
+    assert.deepEqual(
+      runs.map((run) => run[1]).sort((p, q) => (p as number) - (q as number)),
+      expected,
+    );
+  });
+
+  it('gives a counter that lost its time to live one again', async () => {
+    await redis.set(stored('kept'), 5);
+    assert.deepEqual(await store.incrementAll([{ key: key('kept'), ttlSeconds: 50 }]), [6]);
+    const ttl = await redis.ttl(stored('kept'));
+    assert.ok(ttl > 40 && ttl <= 50, `ttl ${ttl}`);
+  });
+
+  it('fails at once with 503 service_unavailable while Redis is not connected', async () => {
+    const down = new Redis('redis://127.0.0.1:1', {
+      lazyConnect: true,
+      enableOfflineQueue: false,
+      maxRetriesPerRequest: 1,
+    });
+    down.on('error', () => {});
+    try {
+      const unconnected = new RedisCounterStore(down);
+      await assert.rejects(
+        unconnected.incrementAll([{ key: key('z'), ttlSeconds: 5 }]),
+        (err) => err instanceof AppError && err.code === 'service_unavailable',
+      );
+    } finally {
+      down.disconnect();
+    }
   });
 });

@@ -28,6 +28,11 @@ export interface CounterStore {
    * counts through increment). Stores that cannot answer at once leave it out.
    */
   incrementAllNow?(counters: ReadonlyArray<{ key: string; limit: number }>): number[] | undefined;
+  /**
+   * increment() of each counter, in one round trip to the store (the windows of one request);
+   * the new counts in the same order. Stores without it are counted one increment at a time.
+   */
+  incrementAll?(counters: ReadonlyArray<{ key: string; ttlSeconds: number }>): Promise<number[]>;
 }
 
 /** The store did not answer: the request fails fast with 503 instead of hanging or a 500. */
@@ -236,15 +241,65 @@ export function postgresCounters(pool: unknown): Promise<CounterStore> {
   ).then((limiter) => new LimiterCounterStore(limiter));
 }
 
+const REDIS_PREFIX = 'fastpaste:q';
+
+/**
+ * RateLimiterRedis's own script (its incrTtlLuaScript) run for every key given, in one call:
+ * each counter made with its time to live if missing, added one, given back its time to live if
+ * it had lost it. The keys are the limiter's (prefix, colon, key), so either side reads and moves
+ * the counters the other made (instances of an older release beside newer ones count together).
+ */
+const INCREMENT_ALL_LUA = `local counts = {}
+for i, key in ipairs(KEYS) do
+  redis.call('set', key, 0, 'EX', ARGV[i], 'NX')
+  counts[i] = redis.call('incrby', key, 1)
+  if redis.call('pttl', key) == -1 then redis.call('expire', key, ARGV[i]) end
+end
+return counts`;
+
+interface RedisWithIncrementAll {
+  status: string;
+  defineCommand(name: string, definition: { lua: string }): void;
+  fastpasteIncrementAll(keyCount: number, ...keysThenTtls: Array<string | number>): Promise<number[]>;
+}
+
+/**
+ * Counters in Redis (ioredis client), through RateLimiterRedis; fails at once while Redis is not
+ * connected. A request's windows are counted by one script run (incrementAll) instead of one
+ * per window: on PostgreSQL with Redis counters the three runs and their promises were a third
+ * of what a keyed read allocated.
+ */
+export class RedisCounterStore extends LimiterCounterStore {
+  private readonly redis: RedisWithIncrementAll;
+
+  constructor(redis: unknown) {
+    super(
+      new RateLimiterRedis({
+        storeClient: redis,
+        points: UNBOUNDED,
+        duration: 3600,
+        keyPrefix: REDIS_PREFIX,
+        rejectIfRedisNotReady: true,
+      }),
+    );
+    this.redis = redis as RedisWithIncrementAll;
+    this.redis.defineCommand('fastpasteIncrementAll', { lua: INCREMENT_ALL_LUA });
+  }
+
+  async incrementAll(counters: ReadonlyArray<{ key: string; ttlSeconds: number }>): Promise<number[]> {
+    if (counters.length === 0) return [];
+    if (this.redis.status !== 'ready') throw unavailable();
+    const args: Array<string | number> = counters.map(({ key }) => `${REDIS_PREFIX}:${key}`);
+    for (const { ttlSeconds } of counters) args.push(ttlSeconds);
+    try {
+      return await this.redis.fastpasteIncrementAll(counters.length, ...args);
+    } catch {
+      throw unavailable();
+    }
+  }
+}
+
 /** Counters in Redis (ioredis client); fails at once while Redis is not connected. */
 export function redisCounters(redis: unknown): CounterStore {
-  return new LimiterCounterStore(
-    new RateLimiterRedis({
-      storeClient: redis,
-      points: UNBOUNDED,
-      duration: 3600,
-      keyPrefix: 'fastpaste:q',
-      rejectIfRedisNotReady: true,
-    }),
-  );
+  return new RedisCounterStore(redis);
 }

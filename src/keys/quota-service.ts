@@ -141,16 +141,21 @@ export class QuotaService {
    */
   async consume(subject: string, limits: Limits): Promise<Record<string, string>> {
     const now = this.clock();
-    const windows = await Promise.all(
-      windowsAt(now)
-        .filter((w) => limits[w.kind] > 0)
-        .map(async (w): Promise<Counted> => {
-          const key = counterKey(subject, w);
-          // The counter outlives its window by a minute, so clocks a little apart still agree.
-          const ttlSeconds = Math.max(1, Math.ceil((w.end - now) / 1000)) + 60;
-          const used = await this.counters.increment(key, ttlSeconds);
-          return Object.assign(windowState(w, limits[w.kind], used, now), { key, ttlSeconds });
-        }),
+    const counted = windowsAt(now)
+      .filter((w) => limits[w.kind] > 0)
+      .map((w) => ({
+        window: w,
+        key: counterKey(subject, w),
+        // The counter outlives its window by a minute, so clocks a little apart still agree.
+        ttlSeconds: Math.max(1, Math.ceil((w.end - now) / 1000)) + 60,
+      }));
+    // One round trip for every window where the store can (Redis), else one per window.
+    const used = this.counters.incrementAll
+      ? await this.counters.incrementAll(counted)
+      : await Promise.all(counted.map(({ key, ttlSeconds }) => this.counters.increment(key, ttlSeconds)));
+    const windows = counted.map(
+      ({ window, key, ttlSeconds }, i): Counted =>
+        Object.assign(windowState(window, limits[window.kind], used[i] as number, now), { key, ttlSeconds }),
     );
     const exhausted = windows.filter((w) => w.used > w.limit);
     if (exhausted.length > 0) {
