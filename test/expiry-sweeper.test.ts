@@ -69,6 +69,12 @@ function committed(file: string, where: string): number {
   }
 }
 
+/** Polls every 10 ms until `condition` holds or `ms` have passed. */
+async function until(condition: () => boolean, ms: number): Promise<void> {
+  const deadline = Date.now() + ms;
+  while (!condition() && Date.now() < deadline) await sleep(10);
+}
+
 /** Threads of this process scheduled SCHED_IDLE (policy 5, the 41st field of their stat). */
 function idleThreads(): number {
   let idle = 0;
@@ -120,11 +126,13 @@ describe('the expiry sweep of a SQLite file', () => {
       assert.equal(idleThreads(), 0);
       const sweeping = service.sweepExpired();
       await storage.expirySweeper?.whenReady();
-      // The sweep's thread sets its own policy as it starts, the checkpoint thread at its next turn.
-      for (let i = 0; i < 100 && idleThreads() < 2; i++) await sleep(10);
+      // The sweep's thread sets its own policy as it starts, the checkpoint thread at its next turn
+      // (each runs chrt: at idle priority on a busy machine that waits for a free core, so the
+      // deadlines are generous; on an idle one it takes milliseconds).
+      await until(() => idleThreads() >= 2, 20_000);
       assert.equal(idleThreads(), 2, 'the sweep and the checkpoints at idle priority');
       assert.equal(await sweeping, 100_000);
-      for (let i = 0; i < 100 && idleThreads() > 0; i++) await sleep(10);
+      await until(() => idleThreads() === 0, 20_000);
       assert.equal(idleThreads(), 0, 'the checkpoint thread stayed at idle priority');
     } finally {
       await storage.close();
@@ -233,8 +241,7 @@ describe('the expiry sweep of a SQLite file', () => {
     const sweeping = service.sweepExpired();
     // Closed once the thread has committed a batch of its own (its start and its idle priority
     // take a time of their own on a busy machine: a fixed wait closed before it once in CI).
-    const deadline = Date.now() + 20_000;
-    while (committed(file, 'expires_at IS NOT NULL') > 100_000 - 100 && Date.now() < deadline) await sleep(10);
+    await until(() => committed(file, 'expires_at IS NOT NULL') <= 100_000 - 100, 20_000);
     await storage.close();
     const removed = await sweeping;
     // The first batch (50) runs on the event loop; the thread removed some more, not all.

@@ -68,7 +68,14 @@ async function slowPost(
   path: string,
   headers: Record<string, string>,
   body: Buffer,
-): Promise<{ send(bytes: number): Promise<void>; finish(): void; answer: Promise<Answer>; agent: http.Agent }> {
+): Promise<{
+  send(bytes: number): Promise<void>;
+  finish(): void;
+  answer: Promise<Answer>;
+  /** Settles once the server has parsed the request's headers (its 100 Continue). */
+  headersRead: Promise<void>;
+  agent: http.Agent;
+}> {
   const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
   await new Promise<void>((resolve, reject) => {
     http
@@ -81,8 +88,10 @@ async function slowPost(
   const req = http.request(`${base}${path}`, {
     method: 'POST',
     agent,
-    headers: { ...headers, 'content-length': String(body.length) },
+    // Node's server answers 100 Continue as it parses the headers: the test knows they are read.
+    headers: { ...headers, 'content-length': String(body.length), expect: '100-continue' },
   });
+  const headersRead = new Promise<void>((resolve) => req.once('continue', () => resolve()));
   const answer = new Promise<Answer>((resolve, reject) => {
     req.on('response', (res) => {
       const chunks: Buffer[] = [];
@@ -98,6 +107,7 @@ async function slowPost(
   return {
     agent,
     answer,
+    headersRead,
     async send(bytes) {
       const end = Math.min(body.length, sent + bytes);
       const piece = body.subarray(sent, end);
@@ -188,7 +198,9 @@ describe('graceful shutdown', () => {
           return { post, content };
         }),
       );
-      await sleep(300); // the server has read the headers and the first bytes of each
+      // The server has read the headers of each (and then the bytes sent after them).
+      await Promise.all([upload, ...creates.map(({ post }) => post)].map(({ headersRead }) => headersRead));
+      await sleep(100);
 
       const signalled = Date.now();
       const exit = server.stop('SIGTERM');

@@ -13,6 +13,7 @@ import { sql } from 'kysely';
 import pg from 'pg';
 import { pino } from 'pino';
 import { FastLane, serverWithFastLane } from '../src/http/fast-lane.js';
+import { KEY_CACHE_MS } from '../src/keys/key-service.js';
 import { OwnerListing } from '../src/pastes/owner-listing.js';
 import type { Paste } from '../src/pastes/paste.js';
 import { openStorage } from '../src/storage/database.js';
@@ -21,6 +22,17 @@ import { PasteRepository } from '../src/storage/paste-repository.js';
 import { RESTART_PAGES } from '../src/storage/wal-checkpointer.js';
 import { freePort, freshDatabase, plainPaste, request, startServer, type TestServer } from './helpers.js';
 import { fastpaste, startServerProcess } from './server-process.js';
+
+/**
+ * The lane answers for a key looked up within KEY_CACHE_MS (real time): once its entry has run
+ * out, one request through the framework (a list page, which counts no view) looks it up again,
+ * so the checks after it have the whole second however slow the machine was before them.
+ */
+async function lookedUpAgain(server: TestServer, key: string): Promise<void> {
+  await new Promise((resolve) => setTimeout(resolve, KEY_CACHE_MS + 50));
+  const res = await request(`${server.url}/api/v1/pastes?page=%31`, { headers: { 'x-api-key': key } });
+  assert.equal(res.status, 200);
+}
 
 const sha256 = (text: string) => createHash('sha256').update(text).digest('hex');
 
@@ -528,7 +540,8 @@ describe('the fast lane', () => {
       assert.deepEqual(comparable(laneRaw.headers), comparable(frameworkRaw.headers));
       assert.equal(await laneRaw.text(), await frameworkRaw.text());
 
-      // By id with a key (looked up within the second by the creates above): the lane.
+      // By id with a key (looked up within the second): the lane.
+      await lookedUpAgain(server, key);
       const first = await request(`${server.url}/api/v1/paste/${plain}`, { headers: { 'x-api-key': key } });
       assert.equal(fastLines(), 2);
       const laneApi = await request(`${server.url}/api/v1/paste/${plain}`, { headers: { 'x-api-key': key } });
@@ -620,6 +633,7 @@ describe('the fast lane', () => {
       const remaining = (res: Awaited<ReturnType<typeof request>>) => Number(res.headers.get('ratelimit-remaining'));
 
       // The same page through the lane and through the framework (an escaped digit sends it there).
+      await lookedUpAgain(server, key);
       for (const [laneQuery, frameworkQuery] of [
         ['', '?page=%31'],
         ['?page=2&limit=2', '?page=%32&limit=2'],
@@ -1106,8 +1120,10 @@ describe('the expiry sweep', () => {
     const busy = sizes.busy as number[];
     assert.ok(busy.length >= 3, `busy batch sizes ${busy.join(' ')}`);
     assert.ok(
-      median(idle) >= 6 * median(busy),
-      `batch sizes idle ${idle.join(' ')}, busy ${busy.join(' ')}: a busy batch should be at most a sixth the size`,
+      // 8 by their targets (16 measured on an idle machine); a quarter leaves room for a busy
+      // machine's slow batches, whose sizes halve, and still fails if busyness were ignored (1).
+      median(idle) >= 4 * median(busy),
+      `batch sizes idle ${idle.join(' ')}, busy ${busy.join(' ')}: a busy batch should be at most a quarter the size`,
     );
   });
 

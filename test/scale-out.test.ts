@@ -6,6 +6,7 @@
 import assert from 'node:assert/strict';
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
 import { createServer, type Server } from 'node:http';
+import { connect } from 'node:net';
 import { after, before, describe, it } from 'node:test';
 import pg from 'pg';
 import { freePort, freshDatabase } from './helpers.js';
@@ -55,6 +56,18 @@ async function until<T>(check: () => Promise<T | undefined>, ms: number, what: s
     if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
     await new Promise((r) => setTimeout(r, 100));
   }
+}
+
+/** True once something accepts connections on the port, undefined while nothing does. */
+function listening(port: number): Promise<true | undefined> {
+  return new Promise((resolve) => {
+    const socket = connect(port, '127.0.0.1');
+    socket.once('connect', () => {
+      socket.destroy();
+      resolve(true);
+    });
+    socket.once('error', () => resolve(undefined));
+  });
 }
 
 describe('two instances on one PostgreSQL and one Redis', { skip }, () => {
@@ -170,8 +183,7 @@ describe('a backend that goes away gives fast 503s and the instance heals by its
     const env = { DATABASE_URL: db.url, REDIS_URL: `redis://127.0.0.1:${port}` };
     let server: ServerProcess | undefined;
     try {
-      await until(async () => (await fetch('http://127.0.0.1:1').catch(() => true)) && true, 100, 'nothing');
-      await new Promise((r) => setTimeout(r, 300));
+      await until(() => listening(port), 10_000, 'redis-server to listen');
       const key = await createKey(env, ['--hourly', '100000']);
       server = await startServerProcess(env);
       const get = () => fetch(`${server?.url}/api/v1/pastes`, { headers: { 'x-api-key': key } });
