@@ -395,27 +395,41 @@ describe('list paging from anchors', () => {
         const [page, total] = await Promise.all([listing.page(ownerId, at, 20, 200), listing.total(ownerId, at)]);
         return [page[0]?.id, total];
       };
+      const settledTo = async (n: number) => {
+        const deadline = Date.now() + 5000;
+        while (settled < n) {
+          assert.ok(Date.now() < deadline, 'the refresh did not end within 5 s');
+          await new Promise((resolve) => setTimeout(resolve, 5));
+        }
+      };
       assert.deepEqual(await listed(t0), ['R0200', 250]);
       assert.deepEqual(started, { counts: 1, anchors: 1 });
-      // Past three quarters of its life the entry still answers, and its successor is computed.
+      // Past three quarters of its life the entry still answers, and its successor is counted:
+      // the same pastes, so the anchors stand and are not computed again.
       assert.deepEqual(await listed(t0 + 800), ['R0200', 250]);
-      assert.deepEqual(started, { counts: 2, anchors: 2 });
-      const deadline = Date.now() + 5000;
-      while (settled < 4) {
-        assert.ok(Date.now() < deadline, 'the refresh did not end within 5 s');
-        await new Promise((resolve) => setTimeout(resolve, 5));
-      }
+      await settledTo(3);
+      assert.deepEqual(started, { counts: 2, anchors: 1 });
       // Another instance's paste, newer than all: the successor (computed at t0 + 800) does not
-      // know it, and answers until t0 + 1800, computed again from t0 + 1550.
+      // know it, and answers until t0 + 1800, computed again from t0 + 1550; that count finds
+      // the list changed, and the anchors are computed again.
       await insertPastes(server, [{ id: 'R_new', owner: ownerId, createdAt: t0 + 1 }]);
       assert.deepEqual(await listed(t0 + 1100), ['R0200', 250]);
-      assert.deepEqual(started, { counts: 2, anchors: 2 });
+      assert.deepEqual(started, { counts: 2, anchors: 1 });
       assert.deepEqual(await listed(t0 + 1600), ['R0200', 250]);
-      assert.deepEqual(started, { counts: 3, anchors: 3 });
+      await settledTo(5);
+      assert.deepEqual(started, { counts: 3, anchors: 2 });
       // A second after the successor was computed, the list shows the paste, from the count
-      // under way (or done): no other is started.
+      // and anchors done: no other is started.
       assert.deepEqual(await listed(t0 + 1900), ['R0199', 251]);
-      assert.deepEqual(started, { counts: 3, anchors: 3 });
+      assert.deepEqual(started, { counts: 3, anchors: 2 });
+      // A paste removed and another added with a different creation time: the same count, another
+      // fingerprint, the anchors computed again (page 11 starts one later).
+      await server.sql(`DELETE FROM pastes WHERE id = 'R_new'`);
+      await insertPastes(server, [{ id: 'R0000a', owner: ownerId, createdAt: t0 - 5000 }]);
+      assert.deepEqual(await listed(t0 + 2500), ['R0199', 251]);
+      await settledTo(7);
+      assert.deepEqual(started, { counts: 4, anchors: 3 });
+      assert.deepEqual(await listed(t0 + 2700), ['R0200', 251]);
     } finally {
       await server.close();
     }

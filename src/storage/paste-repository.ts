@@ -749,15 +749,36 @@ export class PasteRepository {
     return rows.map((row) => ({ createdAt: Number(row.created_at), id: row.id }));
   }
 
-  /** How many live pastes an owner has, and when the next of them expires (null: none does). */
-  async countOwned(ownerKeyId: string, now: number): Promise<{ total: number; nextExpiry: number | null }> {
+  /**
+   * How many live pastes an owner has, when the next of them expires (null: none does), and,
+   * where other processes may change the list (PostgreSQL), a fingerprint of which pastes they
+   * are: their count and the sum of their creation times (null on SQLite, whose sum of a long
+   * list could overflow, and whose lists only this process changes). Two equal fingerprints
+   * mean the same live pastes, so the same positions in the list, but for a paste removed and
+   * another added with as much creation time between two counts.
+   */
+  async countOwned(
+    ownerKeyId: string,
+    now: number,
+  ): Promise<{ total: number; nextExpiry: number | null; fingerprint: string | null }> {
     const row = await this.db
       .selectFrom('pastes')
-      .select((eb) => [eb.fn.countAll<number>().as('total'), eb.fn.min<number | null>('expires_at').as('next_expiry')])
+      .select((eb) => [
+        eb.fn.countAll<number>().as('total'),
+        eb.fn.min<number | null>('expires_at').as('next_expiry'),
+        (this.soleWriter ? sql<string | null>`NULL` : sql<string | null>`CAST(SUM(created_at) AS TEXT)`).as(
+          'created_sum',
+        ),
+      ])
       .where('owner_key_id', '=', ownerKeyId)
       .where((w) => w.or([w('expires_at', 'is', null), w('expires_at', '>', now)]))
       .executeTakeFirstOrThrow();
-    return { total: Number(row.total), nextExpiry: row.next_expiry === null ? null : Number(row.next_expiry) };
+    const total = Number(row.total);
+    return {
+      total,
+      nextExpiry: row.next_expiry === null ? null : Number(row.next_expiry),
+      fingerprint: this.soleWriter ? null : `${total}:${row.created_sum ?? 0}`,
+    };
   }
 
   /** One page of the public archive (D22), newest first. */
