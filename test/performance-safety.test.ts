@@ -434,6 +434,31 @@ describe('list paging from anchors', () => {
       await server.close();
     }
   });
+  it('a page of 20 or 100 far down the list starts at an anchor, skipping no entry, as page 1 does', async () => {
+    const server = await startServer();
+    try {
+      const { ownerId, t0, repository } = await ownerWithPastes(server, 'S', 700);
+      const skipped: number[] = [];
+      const spied = Object.create(repository) as PasteRepository;
+      spied.pageOwned = (owner, now, limit, offset, after) => {
+        skipped.push(offset);
+        return repository.pageOwned(owner, now, limit, offset, after);
+      };
+      const listing = new OwnerListing(spied);
+      for (const [limit, page] of [
+        [20, 30],
+        [100, 6],
+        [20, 6],
+      ] as const) {
+        const items = await listing.page(ownerId, t0, limit, (page - 1) * limit);
+        assert.equal(items.length, limit);
+        assert.equal(items[0]?.id, `S${String((page - 1) * limit).padStart(4, '0')}`);
+      }
+      assert.deepEqual(skipped, [0, 0, 0]);
+    } finally {
+      await server.close();
+    }
+  });
   it('every page of a long list is exactly the right slice, before and after creates, deletes and expiry', async () => {
     const server = await startServer();
     try {
