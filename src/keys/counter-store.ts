@@ -47,7 +47,7 @@ const UNBOUNDED = Number.MAX_SAFE_INTEGER;
 const TABLE = 'rate_limit_counters';
 
 export class LimiterCounterStore implements CounterStore {
-  constructor(private readonly limiter: RateLimiterAbstract) {}
+  constructor(protected readonly limiter: RateLimiterAbstract) {}
 
   async increment(key: string, ttlSeconds: number): Promise<number> {
     try {
@@ -241,13 +241,11 @@ export function postgresCounters(pool: unknown): Promise<CounterStore> {
   ).then((limiter) => new LimiterCounterStore(limiter));
 }
 
-const REDIS_PREFIX = 'fastpaste:q';
-
 /**
  * RateLimiterRedis's own script (its incrTtlLuaScript) run for every key given, in one call:
  * each counter made with its time to live if missing, added one, given back its time to live if
- * it had lost it. The keys are the limiter's (prefix, colon, key), so either side reads and moves
- * the counters the other made (instances of an older release beside newer ones count together).
+ * it had lost it. The keys are the limiter's own (getKey), so either side reads and moves the
+ * counters the other made (instances of an older release beside newer ones count together).
  */
 const INCREMENT_ALL_LUA = `local counts = {}
 for i, key in ipairs(KEYS) do
@@ -278,7 +276,7 @@ export class RedisCounterStore extends LimiterCounterStore {
         storeClient: redis,
         points: UNBOUNDED,
         duration: 3600,
-        keyPrefix: REDIS_PREFIX,
+        keyPrefix: 'fastpaste:q',
         rejectIfRedisNotReady: true,
       }),
     );
@@ -289,7 +287,7 @@ export class RedisCounterStore extends LimiterCounterStore {
   async incrementAll(counters: ReadonlyArray<{ key: string; ttlSeconds: number }>): Promise<number[]> {
     if (counters.length === 0) return [];
     if (this.redis.status !== 'ready') throw unavailable();
-    const args: Array<string | number> = counters.map(({ key }) => `${REDIS_PREFIX}:${key}`);
+    const args: Array<string | number> = counters.map(({ key }) => this.limiter.getKey(key));
     for (const { ttlSeconds } of counters) args.push(ttlSeconds);
     try {
       return await this.redis.fastpasteIncrementAll(counters.length, ...args);
