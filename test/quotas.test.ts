@@ -1070,6 +1070,45 @@ describe('Redis counters: the windows of a request in one script run', {
     );
   });
 
+  it('counts the runs of one turn on the same counters in one script run, each its own count in order', async () => {
+    // Counts the script's runs on the real client, passing each through to Redis (with
+    // auto-pipelining ioredis calls the same function again on its pipeline: not counted).
+    const client = redis as unknown as { fastpasteIncrementAll: (...args: unknown[]) => Promise<number[]> };
+    const real = client.fastpasteIncrementAll;
+    const calls: unknown[][] = [];
+    client.fastpasteIncrementAll = function (this: unknown, ...args: unknown[]) {
+      if (this === redis) calls.push(args);
+      return real.apply(this, args);
+    };
+    try {
+      const pq = [
+        { key: key('p'), ttlSeconds: 60 },
+        { key: key('q'), ttlSeconds: 90 },
+      ];
+      const first = await Promise.all([
+        ...Array.from({ length: 50 }, () => store.incrementAll(pq)),
+        ...Array.from({ length: 10 }, () => store.incrementAll([{ key: key('r'), ttlSeconds: 60 }])),
+      ]);
+      assert.equal(calls.length, 2, 'one script run for each set of counters');
+      assert.deepEqual(
+        first.slice(0, 50),
+        Array.from({ length: 50 }, (_, i) => [i + 1, i + 1]),
+      );
+      assert.deepEqual(
+        first.slice(50),
+        Array.from({ length: 10 }, (_, i) => [i + 1]),
+      );
+      // The next turn counts on from there, and the counters keep their times to live.
+      assert.deepEqual(await store.incrementAll(pq), [51, 51]);
+      assert.equal(calls.length, 3);
+      const ttl = await redis.ttl(stored('q'));
+      assert.ok(ttl > 80 && ttl <= 90, `q: ${ttl}`);
+      assert.equal(await store.read(key('p')), 51);
+    } finally {
+      client.fastpasteIncrementAll = real;
+    }
+  });
+
   it('gives a counter that lost its time to live one again', async () => {
     await redis.set(stored('kept'), 5);
     assert.deepEqual(await store.incrementAll([{ key: key('kept'), ttlSeconds: 50 }]), [6]);

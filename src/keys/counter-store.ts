@@ -243,17 +243,25 @@ export function postgresCounters(pool: unknown): Promise<CounterStore> {
 
 /**
  * RateLimiterRedis's own script (its incrTtlLuaScript) run for every key given, in one call:
- * each counter made with its time to live if missing, added one, given back its time to live if
- * it had lost it. The keys are the limiter's own (getKey), so either side reads and moves the
+ * each counter made with its time to live if missing, added the number of runs gathered (the
+ * last argument), given back its time to live if it had lost it. The keys are the limiter's own (getKey), so either side reads and moves the
  * counters the other made (instances of an older release beside newer ones count together).
  */
 const INCREMENT_ALL_LUA = `local counts = {}
+local by = tonumber(ARGV[#KEYS + 1])
 for i, key in ipairs(KEYS) do
   redis.call('set', key, 0, 'EX', ARGV[i], 'NX')
-  counts[i] = redis.call('incrby', key, 1)
+  counts[i] = redis.call('incrby', key, by)
   if redis.call('pttl', key) == -1 then redis.call('expire', key, ARGV[i]) end
 end
 return counts`;
+
+/** The runs of incrementAll on the same counters gathered in one turn of the event loop. */
+interface Gathered {
+  args: Array<string | number>;
+  keyCount: number;
+  waiting: Array<{ resolve: (counts: number[]) => void; reject: (err: unknown) => void }>;
+}
 
 interface RedisWithIncrementAll {
   status: string;
@@ -265,10 +273,14 @@ interface RedisWithIncrementAll {
  * Counters in Redis (ioredis client), through RateLimiterRedis; fails at once while Redis is not
  * connected. A request's windows are counted by one script run (incrementAll) instead of one
  * per window: on PostgreSQL with Redis counters the three runs and their promises were a third
- * of what a keyed read allocated.
+ * of what a keyed read allocated. And the requests of one key read in the same turn of the event
+ * loop are counted by one run: it adds their number, and each is handed its own count out of the
+ * range it added, in the order they came (as that many runs of one would have handed them out).
  */
 export class RedisCounterStore extends LimiterCounterStore {
   private readonly redis: RedisWithIncrementAll;
+  /** Runs waiting for the end of this turn, by their counters and times to live. */
+  private gathered = new Map<string, Gathered>();
 
   constructor(redis: unknown) {
     super(
@@ -284,15 +296,41 @@ export class RedisCounterStore extends LimiterCounterStore {
     this.redis.defineCommand('fastpasteIncrementAll', { lua: INCREMENT_ALL_LUA });
   }
 
-  async incrementAll(counters: ReadonlyArray<{ key: string; ttlSeconds: number }>): Promise<number[]> {
-    if (counters.length === 0) return [];
-    if (this.redis.status !== 'ready') throw unavailable();
+  incrementAll(counters: ReadonlyArray<{ key: string; ttlSeconds: number }>): Promise<number[]> {
+    if (counters.length === 0) return Promise.resolve([]);
+    if (this.redis.status !== 'ready') return Promise.reject(unavailable());
     const args: Array<string | number> = counters.map(({ key }) => this.limiter.getKey(key));
     for (const { ttlSeconds } of counters) args.push(ttlSeconds);
-    try {
-      return await this.redis.fastpasteIncrementAll(counters.length, ...args);
-    } catch {
-      throw unavailable();
+    const id = args.join('\n');
+    let gathered = this.gathered.get(id);
+    if (!gathered) {
+      if (this.gathered.size === 0) setImmediate(() => this.runGathered());
+      gathered = { args, keyCount: counters.length, waiting: [] };
+      this.gathered.set(id, gathered);
+    }
+    const waiting = gathered.waiting;
+    return new Promise((resolve, reject) => waiting.push({ resolve, reject }));
+  }
+
+  /** One script run for each set of counters gathered this turn; each run its own counts. */
+  private runGathered(): void {
+    const all = this.gathered;
+    this.gathered = new Map();
+    for (const { args, keyCount, waiting } of all.values()) {
+      const runs = waiting.length;
+      this.redis.fastpasteIncrementAll(keyCount, ...args, runs).then(
+        (totals) => {
+          // The totals after all of them: the first run gets each total less (runs - 1).
+          for (let i = 0; i < runs; i++) {
+            const back = runs - 1 - i;
+            (waiting[i] as Gathered['waiting'][number]).resolve(totals.map((total) => total - back));
+          }
+        },
+        () => {
+          const err = unavailable();
+          for (const run of waiting) run.reject(err);
+        },
+      );
     }
   }
 }
