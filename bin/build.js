@@ -33,8 +33,11 @@ function sourceFiles(dir, out = []) {
   return out;
 }
 
-/** The directory holding the compiled sources (their src/ tree), building it if needed. */
-export async function ensureBuilt() {
+/**
+ * The directory holding the compiled sources (their src/ tree), building it if needed; under
+ * `builds` (.build/ but in tests).
+ */
+export async function ensureBuilt(builds = BUILDS) {
   const files = sourceFiles(SRC).sort();
   const digest = createHash('sha256');
   for (const file of files) {
@@ -45,11 +48,11 @@ export async function ensureBuilt() {
   const highlightJs = join(ROOT, 'node_modules', 'highlight.js', 'package.json');
   if (existsSync(highlightJs)) digest.update(readFileSync(highlightJs));
   const name = digest.digest('hex').slice(0, 16);
-  const target = join(BUILDS, name);
+  const target = join(builds, name);
   if (existsSync(join(target, 'complete'))) return target;
 
-  const { build } = await import('esbuild');
-  const scratch = join(BUILDS, `tmp-${process.pid}-${Date.now()}`);
+  const { build, stop } = await import('esbuild');
+  const scratch = join(builds, `tmp-${process.pid}-${Date.now()}`);
   mkdirSync(scratch, { recursive: true });
   try {
     await build({
@@ -78,18 +81,21 @@ export async function ensureBuilt() {
     rmSync(scratch, { recursive: true, force: true });
     // Another process finished the same build first: use it.
     if (!existsSync(join(target, 'complete'))) throw err;
+  } finally {
+    // esbuild's service process would otherwise stay beside the server for as long as it runs.
+    await stop();
   }
-  prune(name);
+  prune(builds, name);
   return target;
 }
 
-function prune(current) {
+function prune(builds, current) {
   try {
-    const builds = readdirSync(BUILDS)
+    const kept = readdirSync(builds)
       .filter((entry) => entry !== current && !entry.startsWith('tmp-'))
-      .map((entry) => ({ entry, time: statSync(join(BUILDS, entry)).mtimeMs }))
+      .map((entry) => ({ entry, time: statSync(join(builds, entry)).mtimeMs }))
       .sort((a, b) => b.time - a.time);
-    for (const { entry } of builds.slice(KEEP)) rmSync(join(BUILDS, entry), { recursive: true, force: true });
+    for (const { entry } of kept.slice(KEEP)) rmSync(join(builds, entry), { recursive: true, force: true });
   } catch {
     // Pruning is tidiness only.
   }

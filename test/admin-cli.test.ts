@@ -4,7 +4,7 @@
  * schema with TEST_DATABASE_URL), and `serve` as a real server process on 127.0.0.1.
  */
 import assert from 'node:assert/strict';
-import { type ChildProcess, execFile, spawn } from 'node:child_process';
+import { type ChildProcess, execFile, execFileSync, spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import net from 'node:net';
@@ -151,6 +151,38 @@ describe('fastpaste command', () => {
     assert.ok(flags?.includes('--max-semi-space-size='), start);
     const readme = readFileSync(join(ROOT, 'README.md'), 'utf8').replace(/\s+/g, ' ');
     assert.ok(readme.includes(`NODE_OPTIONS='${flags}'`), 'README names the flags for other starts');
+  });
+
+  it('a first start that compiles the sources leaves no esbuild process running beside the server', {
+    skip: existsSync('/proc/self/stat') ? false : 'needs /proc',
+  }, () => {
+    // A build of its own (inside .build/, where packages resolve as the real one's do), then the
+    // children the process still has: esbuild's service, unless it was stopped.
+    const builds = join(ROOT, '.build', `test-${process.pid}`);
+    const script = `
+      import { readdirSync, readFileSync } from 'node:fs';
+      const { ensureBuilt } = await import('./bin/build.js');
+      const dir = await ensureBuilt(${JSON.stringify(builds)});
+      const children = readdirSync('/proc').filter((entry) => {
+        try {
+          const stat = readFileSync('/proc/' + entry + '/stat', 'utf8').split(') ')[1].split(' ');
+          // A child running (a zombie has exited, its exit not yet collected by node).
+          return /^[0-9]+$/.test(entry) && stat[1] === String(process.pid) && stat[0] !== 'Z';
+        } catch {
+          return false;
+        }
+      });
+      process.stdout.write(JSON.stringify({ built: readdirSync(dir).includes('src'), children: children.length }));
+    `;
+    try {
+      const out = execFileSync(process.execPath, ['--input-type=module', '-e', script], {
+        cwd: ROOT,
+        encoding: 'utf8',
+      });
+      assert.deepEqual(JSON.parse(out), { built: true, children: 0 });
+    } finally {
+      rmSync(builds, { recursive: true, force: true });
+    }
   });
 
   /** A scratch directory, for the SQLite files of single tests. */
