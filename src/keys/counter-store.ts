@@ -244,8 +244,9 @@ export function postgresCounters(pool: unknown): Promise<CounterStore> {
 /**
  * RateLimiterRedis's own script (its incrTtlLuaScript) run for every key given, in one call:
  * each counter made with its time to live if missing, added the number of runs gathered (the
- * last argument), given back its time to live if it had lost it. The keys are the limiter's own (getKey), so either side reads and moves the
- * counters the other made (instances of an older release beside newer ones count together).
+ * last argument), given back its time to live if it had lost it. The keys are the limiter's own
+ * (getKey), so either side reads and moves the counters the other made (instances of an older
+ * release beside newer ones count together).
  */
 const INCREMENT_ALL_LUA = `local counts = {}
 local by = tonumber(ARGV[#KEYS + 1])
@@ -266,7 +267,7 @@ interface Gathered {
 interface RedisWithIncrementAll {
   status: string;
   defineCommand(name: string, definition: { lua: string }): void;
-  fastpasteIncrementAll(keyCount: number, ...keysThenTtls: Array<string | number>): Promise<number[]>;
+  fastpasteIncrementAll(keyCount: number, ...keysTtlsThenRuns: Array<string | number>): Promise<number[]>;
 }
 
 /**
@@ -321,10 +322,7 @@ export class RedisCounterStore extends LimiterCounterStore {
       this.redis.fastpasteIncrementAll(keyCount, ...args, runs).then(
         (totals) => {
           // The totals after all of them: the first run gets each total less (runs - 1).
-          for (let i = 0; i < runs; i++) {
-            const back = runs - 1 - i;
-            (waiting[i] as Gathered['waiting'][number]).resolve(totals.map((total) => total - back));
-          }
+          for (const [i, run] of waiting.entries()) run.resolve(totals.map((total) => total - (runs - 1 - i)));
         },
         () => {
           const err = unavailable();
