@@ -191,6 +191,12 @@ export interface LoadResult {
   p99: number;
   errors: number;
   non2xx: number;
+  /**
+   * With LoadOptions.pid: the CPU time that process spent per answer (µs), and how busy its
+   * core and the load generator's were (% of the measurement's wall time). A side whose core is
+   * under 100% busy while the loader's is at 100% runs at the loader's pace, not its own.
+   */
+  cpu?: { usPerAnswer: number; busy: number; loaderBusy: number };
 }
 
 export interface LoadOptions {
@@ -202,6 +208,19 @@ export interface LoadOptions {
   path?: () => string;
   connections?: number;
   seconds?: number;
+  /** The process that answers (the server or a baseline), whose CPU time is then measured. */
+  pid?: number;
+}
+
+/** CPU time (user + system) a process has used so far, in µs, from /proc; null without /proc. */
+export function cpuMicros(pid: number): number | null {
+  try {
+    const fields = (readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1] as string).split(' ');
+    // utime and stime, the 14th and 15th fields, in clock ticks (100 a second on Linux).
+    return (Number(fields[11]) + Number(fields[12])) * 10_000;
+  } catch {
+    return null;
+  }
 }
 
 export async function load(options: LoadOptions): Promise<LoadResult> {
@@ -217,12 +236,27 @@ export async function load(options: LoadOptions): Promise<LoadResult> {
     const nextPath = options.path;
     settings.requests = [{ setupRequest: (req) => ({ ...req, path: nextPath() }) }];
   }
+  const serverBefore = options.pid === undefined ? null : cpuMicros(options.pid);
+  const loaderBefore = process.cpuUsage();
+  const started = performance.now();
   const result = await autocannon(settings);
-  return {
+  const wallUs = (performance.now() - started) * 1000;
+  const serverAfter = options.pid === undefined ? null : cpuMicros(options.pid);
+  const loader = process.cpuUsage(loaderBefore);
+  const measured: LoadResult = {
     rps: result.requests.average,
     p50: result.latency.p50,
     p99: result.latency.p99,
     errors: result.errors + result.timeouts,
     non2xx: result.non2xx,
   };
+  if (serverBefore !== null && serverAfter !== null && result.requests.total > 0) {
+    const serverUs = serverAfter - serverBefore;
+    measured.cpu = {
+      usPerAnswer: serverUs / result.requests.total,
+      busy: (100 * serverUs) / wallUs,
+      loaderBusy: (100 * (loader.user + loader.system)) / wallUs,
+    };
+  }
+  return measured;
 }

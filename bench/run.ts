@@ -2,8 +2,10 @@
  * `npm run bench`: fastpaste against tiny baselines doing the same storage work, measured in one
  * run, server pinned to core 0 and load from core 1 (autocannon, 50 connections, a warm-up,
  * then N seconds a scenario, its baseline measured N/2 seconds just before and N/2 just after).
- * Prints one table: scenario, req/s, p50, p99, errors, peak RSS of the server, and the ratio to
- * the baseline measured around it in the same run. 127.0.0.1 only; bounded.
+ * Prints one table: scenario, req/s, p50, p99, errors, the answering process's CPU time an answer
+ * and how busy its core and the loader's were, peak RSS of the server, and the ratio to the
+ * baseline measured around it in the same run (and the ratio of their CPU time an answer).
+ * 127.0.0.1 only; bounded.
  * Usage: npm run bench [-- --seconds 10] [--db sqlite|postgres] [--redis redis://127.0.0.1:6379] [--markdown FILE] [--only 'text of a scenario name'] [--rounds N]
  * --db postgres uses BENCH_DATABASE_URL (or TEST_DATABASE_URL, or postgres://postgres@127.0.0.1:5432/test),
  * a fresh schema for each side, dropped at the end.
@@ -250,22 +252,36 @@ interface Row {
 }
 const rows: Row[] = [];
 
-/** Several measurements as one: their mean rate, the worst p50 and p99, every error. */
+/** Several measurements as one: their mean rate, the worst p50 and p99, every error, the mean CPU. */
 function combined(results: LoadResult[]): LoadResult {
+  const mean = (values: number[]) => values.reduce((sum, v) => sum + v, 0) / values.length;
+  const cpus = results.flatMap((r) => (r.cpu ? [r.cpu] : []));
   return {
-    rps: results.reduce((sum, r) => sum + r.rps, 0) / results.length,
+    rps: mean(results.map((r) => r.rps)),
     p50: Math.max(...results.map((r) => r.p50)),
     p99: Math.max(...results.map((r) => r.p99)),
     errors: results.reduce((sum, r) => sum + r.errors, 0),
     non2xx: results.reduce((sum, r) => sum + r.non2xx, 0),
+    ...(cpus.length === results.length && cpus.length > 0
+      ? {
+          cpu: {
+            usPerAnswer: mean(cpus.map((c) => c.usPerAnswer)),
+            busy: mean(cpus.map((c) => c.busy)),
+            loaderBusy: mean(cpus.map((c) => c.loaderBusy)),
+          },
+        }
+      : {}),
   };
 }
 
 const jsonCreate = JSON.stringify({ content: KB, language: 'text' });
+// taskset execs node, so the pids are those of the processes that answer.
+const basePid = baseline.pid as number;
+const serverPid = server.process.pid as number;
 const baselineLoads: Record<string, Parameters<typeof load>[0]> = {
-  R: { url: baseUrl, path: () => `/r/${pick(baseIds)}` },
-  RJ: { url: baseUrl, path: () => `/j/${pick(baseIds)}` },
-  W: { url: `${baseUrl}/w`, method: 'POST', body: KB, headers: { 'content-type': 'text/plain' } },
+  R: { url: baseUrl, path: () => `/r/${pick(baseIds)}`, pid: basePid },
+  RJ: { url: baseUrl, path: () => `/j/${pick(baseIds)}`, pid: basePid },
+  W: { url: `${baseUrl}/w`, method: 'POST', body: KB, headers: { 'content-type': 'text/plain' }, pid: basePid },
 };
 
 /**
@@ -280,7 +296,7 @@ async function paired(base: string, options: Parameters<typeof load>[0]): Promis
   await load({ ...baseOptions, seconds: WARMUP });
   const before = await load({ ...baseOptions, seconds: half });
   await load({ ...options, seconds: WARMUP });
-  const result = await load({ ...options, seconds: SECONDS });
+  const result = await load({ ...options, seconds: SECONDS, pid: serverPid });
   const after = await load({ ...baseOptions, seconds: half });
   return [result, combined([before, after])];
 }
@@ -348,22 +364,38 @@ try {
 
 const peak = Math.max(...rows.map((row) => row.peakMb));
 const header =
-  '| scenario | req/s | p50 ms | p99 ms | errors | peak RSS MB | baseline (req/s around it) | ratio | goal |';
-const line = '|---|---:|---:|---:|---:|---:|---|---:|---|';
-const fmt = (r: LoadResult) => [r.rps.toFixed(0), String(r.p50), String(r.p99), String(r.errors + r.non2xx)];
+  '| scenario | req/s | p50 ms | p99 ms | errors | CPU µs an answer | busy % (side / loader) | peak RSS MB | baseline (req/s around it) | ratio | CPU ratio | goal |';
+const line = '|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---|';
+const fmt = (r: LoadResult) => [
+  r.rps.toFixed(0),
+  String(r.p50),
+  String(r.p99),
+  String(r.errors + r.non2xx),
+  r.cpu ? r.cpu.usPerAnswer.toFixed(1) : '',
+  r.cpu ? `${r.cpu.busy.toFixed(0)} / ${r.cpu.loaderBusy.toFixed(0)}` : '',
+];
+/**
+ * The baseline's CPU time an answer over the scenario's: the ratio the scenario would have if both
+ * ran at their own core's pace. It differs from the ratio when a side's core was not the limit
+ * (under 100% busy: the loader's was, or the database's).
+ */
+const cpuRatio = (row: Row) =>
+  row.result.cpu && row.pairedBaseline.cpu
+    ? (row.pairedBaseline.cpu.usPerAnswer / row.result.cpu.usPerAnswer).toFixed(2)
+    : '';
 /** With several rounds: the range of their ratios after the median's. */
 const range = (ratios: number[]) =>
   ratios.length > 1 ? ` (${(ratios[0] as number).toFixed(2)}–${(ratios.at(-1) as number).toFixed(2)})` : '';
 const table = [header, line];
 for (const name of Object.keys(baselineLoads)) {
   const measured = rows.filter((row) => row.baseline === name).map((row) => row.pairedBaseline);
-  if (measured.length > 0) table.push(`| baseline ${name} (mean) | ${fmt(combined(measured)).join(' | ')} | | | | |`);
+  if (measured.length > 0) table.push(`| baseline ${name} (mean) | ${fmt(combined(measured)).join(' | ')} | | | | | |`);
 }
 for (const row of rows) {
   const ratio = row.result.rps / row.pairedBaseline.rps;
   const status = ratio >= row.goal ? 'met' : 'not met';
   table.push(
-    `| ${row.scenario} | ${fmt(row.result).join(' | ')} | ${row.peakMb.toFixed(0)} | ${row.baseline} (${row.pairedBaseline.rps.toFixed(0)}) | ${ratio.toFixed(2)}${range(row.ratios)} | ≥ ${row.goal} ${status} |`,
+    `| ${row.scenario} | ${fmt(row.result).join(' | ')} | ${row.peakMb.toFixed(0)} | ${row.baseline} (${row.pairedBaseline.rps.toFixed(0)}) | ${ratio.toFixed(2)}${range(row.ratios)} | ${cpuRatio(row)} | ≥ ${row.goal} ${status} |`,
   );
 }
 table.push(
