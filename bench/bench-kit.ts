@@ -196,7 +196,7 @@ export interface LoadResult {
    * core and the load generator's were (% of the measurement's wall time). A side whose core is
    * under 100% busy while the loader's is at 100% runs at the loader's pace, not its own.
    */
-  cpu?: { usPerAnswer: number; busy: number; loaderBusy: number };
+  cpu?: { usPerAnswer: number; busy: number; loaderBusy: number; micros: number; answers: number };
 }
 
 export interface LoadOptions {
@@ -215,9 +215,12 @@ export interface LoadOptions {
 /** CPU time (user + system) a process has used so far, in µs, from /proc; null without /proc. */
 export function cpuMicros(pid: number): number | null {
   try {
-    const fields = (readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1] as string).split(' ');
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    // After the command name, which is in parentheses and may itself hold ") ".
+    const fields = stat.slice(stat.lastIndexOf(') ') + 2).split(' ');
     // utime and stime, the 14th and 15th fields, in clock ticks (100 a second on Linux).
-    return (Number(fields[11]) + Number(fields[12])) * 10_000;
+    const micros = (Number(fields[11]) + Number(fields[12])) * 10_000;
+    return Number.isFinite(micros) ? micros : null;
   } catch {
     return null;
   }
@@ -256,6 +259,8 @@ export async function load(options: LoadOptions): Promise<LoadResult> {
       usPerAnswer: serverUs / result.requests.total,
       busy: (100 * serverUs) / wallUs,
       loaderBusy: (100 * (loader.user + loader.system)) / wallUs,
+      micros: serverUs,
+      answers: result.requests.total,
     };
   }
   return measured;

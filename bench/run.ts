@@ -252,9 +252,13 @@ interface Row {
 }
 const rows: Row[] = [];
 
-/** Several measurements as one: their mean rate, the worst p50 and p99, every error, the mean CPU. */
+/**
+ * Several measurements as one (each as long as the others): their mean rate, the worst p50 and
+ * p99, every error, their CPU time over their answers, and the mean busy shares.
+ */
 function combined(results: LoadResult[]): LoadResult {
-  const mean = (values: number[]) => values.reduce((sum, v) => sum + v, 0) / values.length;
+  const sum = (values: number[]) => values.reduce((total, v) => total + v, 0);
+  const mean = (values: number[]) => sum(values) / values.length;
   const cpus = results.flatMap((r) => (r.cpu ? [r.cpu] : []));
   return {
     rps: mean(results.map((r) => r.rps)),
@@ -265,9 +269,11 @@ function combined(results: LoadResult[]): LoadResult {
     ...(cpus.length === results.length && cpus.length > 0
       ? {
           cpu: {
-            usPerAnswer: mean(cpus.map((c) => c.usPerAnswer)),
+            usPerAnswer: sum(cpus.map((c) => c.micros)) / sum(cpus.map((c) => c.answers)),
             busy: mean(cpus.map((c) => c.busy)),
             loaderBusy: mean(cpus.map((c) => c.loaderBusy)),
+            micros: sum(cpus.map((c) => c.micros)),
+            answers: sum(cpus.map((c) => c.answers)),
           },
         }
       : {}),

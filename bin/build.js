@@ -23,6 +23,8 @@ const SRC = join(ROOT, 'src');
 const BUILDS = join(ROOT, '.build');
 /** Builds kept besides the current one: a server started earlier may still be running one. */
 const KEEP = 3;
+/** Calls of ensureBuilt in this process compiling now (they share esbuild's one service). */
+let buildsUnderWay = 0;
 
 function sourceFiles(dir, out = []) {
   for (const entry of readdirSync(dir, { withFileTypes: true })) {
@@ -52,8 +54,9 @@ export async function ensureBuilt(builds = BUILDS) {
   if (existsSync(join(target, 'complete'))) return target;
 
   const { build, stop } = await import('esbuild');
-  const scratch = join(builds, `tmp-${process.pid}-${Date.now()}`);
+  const scratch = join(builds, `tmp-${process.pid}-${Date.now()}-${buildsUnderWay}`);
   mkdirSync(scratch, { recursive: true });
+  buildsUnderWay++;
   try {
     await build({
       entryPoints: files.filter((file) => file.endsWith('.ts')),
@@ -83,7 +86,9 @@ export async function ensureBuilt(builds = BUILDS) {
     if (!existsSync(join(target, 'complete'))) throw err;
   } finally {
     // esbuild's service process would otherwise stay beside the server for as long as it runs.
-    await stop();
+    // It is one for the whole process, and stopping it fails no request still in flight (those
+    // would never settle): stopped by the last build of this process under way.
+    if (--buildsUnderWay === 0) await stop();
   }
   prune(builds, name);
   return target;

@@ -153,16 +153,21 @@ describe('fastpaste command', () => {
     assert.ok(readme.includes(`NODE_OPTIONS='${flags}'`), 'README names the flags for other starts');
   });
 
-  it('a first start that compiles the sources leaves no esbuild process running beside the server', {
+  it('a first start that compiles the sources leaves no esbuild process running beside the server, and builds at once all end', {
     skip: existsSync('/proc/self/stat') ? false : 'needs /proc',
   }, () => {
     // A build of its own (inside .build/, where packages resolve as the real one's do), then the
     // children the process still has: esbuild's service, unless it was stopped.
     const builds = join(ROOT, '.build', `test-${process.pid}`);
+    // Two builds at once in one process: the first to end must not stop the service under the
+    // other (its build would never settle, and node would exit with 13 and print nothing).
     const script = `
       import { readdirSync, readFileSync } from 'node:fs';
       const { ensureBuilt } = await import('./bin/build.js');
-      const dir = await ensureBuilt(${JSON.stringify(builds)});
+      const [dir, other] = await Promise.all([
+        ensureBuilt(${JSON.stringify(join(builds, 'a'))}),
+        ensureBuilt(${JSON.stringify(join(builds, 'b'))}),
+      ]);
       const children = readdirSync('/proc').filter((entry) => {
         try {
           const stat = readFileSync('/proc/' + entry + '/stat', 'utf8').split(') ')[1].split(' ');
@@ -172,7 +177,8 @@ describe('fastpaste command', () => {
           return false;
         }
       });
-      process.stdout.write(JSON.stringify({ built: readdirSync(dir).includes('src'), children: children.length }));
+      const built = readdirSync(dir).includes('src') && readdirSync(other).includes('src');
+      process.stdout.write(JSON.stringify({ built, children: children.length }));
     `;
     try {
       const out = execFileSync(process.execPath, ['--input-type=module', '-e', script], {

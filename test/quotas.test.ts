@@ -1109,6 +1109,28 @@ describe('Redis counters: the windows of a request in one script run', {
     }
   });
 
+  it('fails every run of a group whose script run fails, and only that group, with 503', async () => {
+    // A counter that holds a list: Redis refuses INCRBY on it, so the group's one run fails.
+    await redis.rpush(stored('listed'), 'x');
+    const failing = [
+      { key: key('fine'), ttlSeconds: 60 },
+      { key: key('listed'), ttlSeconds: 60 },
+    ];
+    const results = await Promise.allSettled([
+      ...Array.from({ length: 5 }, () => store.incrementAll(failing)),
+      ...Array.from({ length: 3 }, () => store.incrementAll([{ key: key('other'), ttlSeconds: 60 }])),
+    ]);
+    for (const result of results.slice(0, 5)) {
+      assert.equal(result.status, 'rejected');
+      const err = (result as PromiseRejectedResult).reason;
+      assert.ok(err instanceof AppError && err.code === 'service_unavailable', String(err));
+    }
+    assert.deepEqual(
+      results.slice(5).map((result) => (result as PromiseFulfilledResult<number[]>).value),
+      [[1], [2], [3]],
+    );
+  });
+
   it('gives a counter that lost its time to live one again', async () => {
     await redis.set(stored('kept'), 5);
     assert.deepEqual(await store.incrementAll([{ key: key('kept'), ttlSeconds: 50 }]), [6]);

@@ -277,6 +277,9 @@ interface RedisWithIncrementAll {
  * of what a keyed read allocated. And the requests of one key read in the same turn of the event
  * loop are counted by one run: it adds their number, and each is handed its own count out of the
  * range it added, in the order they came (as that many runs of one would have handed them out).
+ * Runs are gathered by their counters and times to live, which move with the clock: runs of one
+ * turn on the same counters may then make two groups, each handed its range in its own order
+ * (every count still handed out once).
  */
 export class RedisCounterStore extends LimiterCounterStore {
   private readonly redis: RedisWithIncrementAll;
@@ -324,13 +327,16 @@ export class RedisCounterStore extends LimiterCounterStore {
           // The totals after all of them: the first run gets each total less (runs - 1).
           for (const [i, run] of waiting.entries()) run.resolve(totals.map((total) => total - (runs - 1 - i)));
         },
-        () => {
-          const err = unavailable();
-          for (const run of waiting) run.reject(err);
-        },
+        () => rejectAll(waiting),
       );
     }
   }
+}
+
+/** Fails every gathered run as the store being unavailable (no count of theirs is known). */
+function rejectAll(waiting: Gathered['waiting']): void {
+  const err = unavailable();
+  for (const run of waiting) run.reject(err);
 }
 
 /** Counters in Redis (ioredis client); fails at once while Redis is not connected. */
