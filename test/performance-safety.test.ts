@@ -17,6 +17,7 @@ import { KEY_CACHE_MS } from '../src/keys/key-service.js';
 import { OwnerListing } from '../src/pastes/owner-listing.js';
 import type { Paste } from '../src/pastes/paste.js';
 import { openStorage } from '../src/storage/database.js';
+import { type PgConnection, runDescribed } from '../src/storage/described-statement.js';
 import { migrateToLatest } from '../src/storage/migrations.js';
 import { PasteRepository } from '../src/storage/paste-repository.js';
 import { RESTART_PAGES } from '../src/storage/wal-checkpointer.js';
@@ -1258,6 +1259,54 @@ describe('hot reads as prepared statements', () => {
           assert.equal(res.status, 200, res.text);
           assert.equal(res.body.data.title, 'a title');
         }
+      }
+    } finally {
+      await server.close();
+    }
+  });
+});
+
+describe('named statements described once per connection (PostgreSQL)', () => {
+  it('asks PostgreSQL to describe the rows once, parses them as pg does, and never uses a description whose row type changed', async (t) => {
+    const server = await startServer();
+    try {
+      const pool = server.services.storage.pgPool;
+      if (server.services.storage.dialect !== 'postgres' || !pool) {
+        t.skip('named statements are PostgreSQL only');
+        return;
+      }
+      const key = await server.createKey();
+      const id = await createPaste(server, key, { content: 'described', title: 'a title' });
+      const client = await pool.connect();
+      try {
+        // The real connection's Describe messages, counted on their way out.
+        const connection = (client as unknown as { connection: PgConnection }).connection;
+        const describe = connection.describe;
+        let describes = 0;
+        connection.describe = function (this: PgConnection, message) {
+          describes++;
+          return describe.call(this, message);
+        };
+        const text =
+          'SELECT id, title, content, created_at, expires_at, burn_after_read, view_count FROM pastes WHERE id = $1';
+        // pg's own parsing of the same rows (times come back as numbers, no expiry as null).
+        const expected = (await client.query(text, [id])).rows;
+        assert.equal(expected.length, 1);
+        assert.equal(typeof expected[0].created_at, 'number');
+        describes = 0;
+        const name = `fp_described_${process.pid}`;
+        assert.deepEqual(await runDescribed(client, name, text, [id]), expected);
+        assert.deepEqual(await runDescribed(client, name, text, [id]), expected);
+        assert.deepEqual(await runDescribed(client, name, text, ['no-such-paste']), []);
+        assert.equal(describes, 1, 'one Describe for three runs on one connection');
+        // The title's type changes under the statement: PostgreSQL refuses the run (0A000) rather
+        // than send rows the kept description would misread; under a new name it is described anew.
+        await server.sql('ALTER TABLE pastes ALTER COLUMN title TYPE varchar(600)');
+        await assert.rejects(runDescribed(client, name, text, [id]), (err: { code?: string }) => err.code === '0A000');
+        assert.deepEqual(await runDescribed(client, `${name}_2`, text, [id]), expected);
+        assert.equal(describes, 2);
+      } finally {
+        client.release();
       }
     } finally {
       await server.close();

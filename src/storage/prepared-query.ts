@@ -5,7 +5,8 @@
  * microseconds) on the paths every read takes; the SQL is still Kysely's, for either dialect.
  *
  * Given the PostgreSQL pool, the query runs on it as a named statement: each connection parses
- * and plans it once, not on every run (Kysely sends it unnamed). The SQL must then name its
+ * and plans it once, not on every run (Kysely sends it unnamed), and describes its rows once
+ * (described-statement.ts). The SQL must then name its
  * columns (no `*`): a prepared statement whose row type changes (a column added by a newer
  * instance's migration) fails instead of re-planning.
  *
@@ -18,6 +19,7 @@ import { createHash } from 'node:crypto';
 import type BetterSqlite3 from 'better-sqlite3';
 import type { Compilable, CompiledQuery, Kysely } from 'kysely';
 import type pg from 'pg';
+import { runDescribed } from './described-statement.js';
 
 type Arg = string | number;
 
@@ -69,9 +71,9 @@ async function runNamed<R>(named: Named, values: unknown[], retry = true): Promi
   const name = named.name;
   const client = await named.pool.connect();
   try {
-    const result = await client.query({ name, text: named.text, values });
+    const rows = await runDescribed<R>(client, name, named.text, values);
     client.release();
-    return result.rows as R[];
+    return rows;
   } catch (err) {
     const code = (err as { code?: unknown }).code;
     client.release(answeredByServer(err) ? undefined : (err as Error));
