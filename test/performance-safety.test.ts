@@ -1305,6 +1305,14 @@ describe('named statements described once per connection (PostgreSQL)', () => {
         await assert.rejects(runDescribed(client, name, text, [id]), (err: { code?: string }) => err.code === '0A000');
         assert.deepEqual(await runDescribed(client, `${name}_2`, text, [id]), expected);
         assert.equal(describes, 2);
+        // A value that cannot be sent fails its run alone: the client answers the next one.
+        const unsendable = {
+          toPostgres() {
+            throw new Error('not sendable');
+          },
+        };
+        await assert.rejects(runDescribed(client, `${name}_3`, text, [unsendable]), /not sendable/);
+        assert.deepEqual(await runDescribed(client, `${name}_2`, text, [id]), expected);
       } finally {
         client.release();
       }

@@ -9,7 +9,9 @@
  * name once seen. It stays true for as long as the statement stands: PostgreSQL never changes a
  * prepared statement's row type under it, it fails the run with 0A000 (cached plan must not
  * change result type) instead, and runNamed then gives the statement a new name, which is
- * described afresh. Rows are parsed with the same type parsers pg uses (pg.types), in text.
+ * described afresh. Rows are parsed with the same type parsers pg uses (pg.types, in text),
+ * looked up when the statement is described: the global ones, set once before the pool exists
+ * (database.ts); a client's own parsers (pg's `types` option) are not used here.
  *
  * It is a pg "submittable", as pg-cursor is: the client calls submit() when its turn comes and
  * the handle methods with the protocol's messages, then callback once.
@@ -78,9 +80,17 @@ export class DescribedStatement<R> {
     if (known !== undefined && known !== this.text) {
       return new Error(`Prepared statements must be unique - '${this.name}' was used for a different statement`);
     }
+    // The values first: one that cannot be sent fails the run before anything is written (the
+    // client, given the error back, stays usable; thrown, it would wait for an answer for good).
+    let values: unknown[];
+    try {
+      const { prepareValue } = pgRuntime();
+      values = this.values.map((value) => prepareValue(value));
+    } catch (err) {
+      return err instanceof Error ? err : new Error(String(err));
+    }
     this.connection = connection;
     this.description = known === undefined ? undefined : described.get(connection)?.get(this.name);
-    const { prepareValue } = pgRuntime();
     // The messages go out in one write (as pg's Query sends them).
     connection.stream.cork?.();
     try {
@@ -88,7 +98,7 @@ export class DescribedStatement<R> {
         connection.parse({ text: this.text, name: this.name, types: [] });
         if (connection.submittedNamedStatements) connection.submittedNamedStatements[this.name] = this.text;
       }
-      connection.bind({ portal: '', statement: this.name, values: this.values.map((value) => prepareValue(value)) });
+      connection.bind({ portal: '', statement: this.name, values });
       if (!this.description) connection.describe({ type: 'P', name: '' });
       connection.execute({ portal: '', rows: 0 });
       connection.sync();
@@ -170,7 +180,15 @@ export function runDescribed<R>(
 ): Promise<R[]> {
   return new Promise((resolve, reject) => {
     const statement = new DescribedStatement<R>(name, text, values);
-    statement.callback = (err, rows) => (err ? reject(err) : resolve(rows as R[]));
+    statement.callback = (err, rows) => {
+      if (!err) {
+        resolve(rows as R[]);
+        return;
+      }
+      // A stack that leads back here rather than to the socket's read (as pg does for its own).
+      Error.captureStackTrace(err);
+      reject(err);
+    };
     client.query(statement);
   });
 }
