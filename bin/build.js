@@ -86,8 +86,8 @@ export async function ensureBuilt(builds = BUILDS) {
     if (!existsSync(join(target, 'complete'))) throw err;
   } finally {
     // esbuild's service process would otherwise stay beside the server for as long as it runs.
-    // It is one for the whole process, and stopping it fails no request still in flight (those
-    // would never settle): stopped by the last build of this process under way.
+    // It is one for the whole process, and a build still using it when it stops never settles:
+    // the last build of this process under way stops it.
     if (--buildsUnderWay === 0) await stop();
   }
   prune(builds, name);

@@ -6,9 +6,9 @@
  *
  * Given the PostgreSQL pool, the query runs on it as a named statement: each connection parses
  * and plans it once, not on every run (Kysely sends it unnamed), and describes its rows once
- * (described-statement.ts). The SQL must then name its
- * columns (no `*`): a prepared statement whose row type changes (a column added by a newer
- * instance's migration) fails instead of re-planning.
+ * (described-statement.ts). The SQL must then name its columns (no `*`): a prepared statement
+ * whose row type changes (a column added by a newer instance's migration) fails instead of
+ * re-planning.
  *
  * Given the SQLite handle, the statement is prepared once and run on it directly, without
  * Kysely's connection queue, except while a transaction is open on that connection (a group
