@@ -168,7 +168,7 @@ describe('fastpaste command', () => {
         ensureBuilt(${JSON.stringify(join(builds, 'a'))}),
         ensureBuilt(${JSON.stringify(join(builds, 'b'))}),
       ]);
-      const children = readdirSync('/proc').filter((entry) => {
+      const running = () => readdirSync('/proc').filter((entry) => {
         try {
           const stat = readFileSync('/proc/' + entry + '/stat', 'utf8').split(') ')[1].split(' ');
           // A child running (a zombie has exited, its exit not yet collected by node).
@@ -176,9 +176,16 @@ describe('fastpaste command', () => {
         } catch {
           return false;
         }
-      });
+      }).length;
+      // A stopped service is sent SIGTERM and exits a moment later: up to 2 s for that (one
+      // never stopped keeps running for good).
+      let children = running();
+      for (let i = 0; i < 40 && children > 0; i++) {
+        await new Promise((resolve) => setTimeout(resolve, 50));
+        children = running();
+      }
       const built = readdirSync(dir).includes('src') && readdirSync(other).includes('src');
-      process.stdout.write(JSON.stringify({ built, children: children.length }));
+      process.stdout.write(JSON.stringify({ built, children }));
     `;
     try {
       const out = execFileSync(process.execPath, ['--input-type=module', '-e', script], {
