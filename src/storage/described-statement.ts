@@ -17,12 +17,14 @@
  * the handle methods with the protocol's messages, then callback once.
  */
 import { createRequire } from 'node:module';
+import { parsedRowObjects } from './row-objects.js';
 
 type TypeParser = (value: string) => unknown;
 
 interface Description {
-  names: string[];
   parsers: TypeParser[];
+  /** A row's object from its text fields (row-objects.ts). */
+  toObject: (values: unknown[], parsers: TypeParser[]) => unknown;
 }
 
 /** The pg Connection methods and state a submittable uses (those pg-cursor uses). */
@@ -111,8 +113,8 @@ export class DescribedStatement<R> {
   handleRowDescription(message: { fields: Array<{ name: string; dataTypeID: number }> }): void {
     const { types } = pgRuntime();
     const description: Description = {
-      names: message.fields.map((field) => field.name),
       parsers: message.fields.map((field) => types.getTypeParser(field.dataTypeID, 'text')),
+      toObject: parsedRowObjects(message.fields.map((field) => field.name)),
     };
     this.description = description;
     if (!this.connection) return;
@@ -132,14 +134,7 @@ export class DescribedStatement<R> {
       return;
     }
     try {
-      const row: Record<string, unknown> = {};
-      const { names, parsers } = description;
-      const fields = message.fields;
-      for (let i = 0; i < names.length; i++) {
-        const value = fields[i];
-        row[names[i] as string] = value === null || value === undefined ? null : (parsers[i] as TypeParser)(value);
-      }
-      this.rows.push(row as R);
+      this.rows.push(description.toObject(message.fields, description.parsers) as R);
     } catch (err) {
       this.failure = err as Error;
     }
