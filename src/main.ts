@@ -4,11 +4,13 @@
  */
 import { buildApp, createLogger } from './app.js';
 import type { Config } from './config.js';
+import { tuneHeapFor } from './heap-growth.js';
 import { createServices } from './services.js';
 import { openStorage } from './storage/database.js';
 import { migrateToLatest } from './storage/migrations.js';
 
 export async function serve(config: Config): Promise<void> {
+  tuneHeapFor(config.databaseUrl);
   const storage = openStorage(config.databaseUrl, { backgroundCheckpoints: true });
   await migrateToLatest(storage.db);
   const logger = createLogger(config.logLevel);
