@@ -9,8 +9,8 @@ import { createHash } from 'node:crypto';
 import { statSync } from 'node:fs';
 import { request as httpRequest } from 'node:http';
 import net from 'node:net';
-import { join } from 'node:path';
 import { describe, it } from 'node:test';
+import { fileURLToPath } from 'node:url';
 import { sql } from 'kysely';
 import pg from 'pg';
 import { pino } from 'pino';
@@ -1790,8 +1790,17 @@ describe('heap growth set by the storage', () => {
       `;
       const out = execFileSync(
         process.execPath,
-        ['--max-semi-space-size=8', '--import', 'tsx', '--input-type=module', '-e', script],
-        { cwd: join(import.meta.dirname, '..'), encoding: 'utf8' },
+        // A fixed old-space limit: V8's own factor scales with it (lower on small hosts).
+        [
+          '--max-semi-space-size=8',
+          '--max-old-space-size=4096',
+          '--import',
+          'tsx',
+          '--input-type=module',
+          '-e',
+          script,
+        ],
+        { cwd: fileURLToPath(new URL('..', import.meta.url)), encoding: 'utf8' },
       );
       return Number(out);
     };
