@@ -9,13 +9,14 @@ import FindMyWay, { type HTTPMethod } from 'find-my-way';
 import { type Logger, pino } from 'pino';
 import type { Config } from './config.js';
 import { AppError } from './errors.js';
+import { quotaCountedByLane } from './http/api/authentication.js';
 import { registerCliRoutes } from './http/api/cli-routes.js';
-import { registerPasteRoutes } from './http/api/paste-routes.js';
+import { createFromJson, registerPasteRoutes } from './http/api/paste-routes.js';
 import { answerClientError, answerUnmetExpectations } from './http/client-errors.js';
 import { sendError } from './http/error-presenter.js';
-import { FastLane, serverWithFastLane } from './http/fast-lane.js';
+import { FastLane, failedInLane, serverWithFastLane } from './http/fast-lane.js';
 import { type NotFoundThrottle, registerNotFoundThrottle } from './http/not-found-throttle.js';
-import { registerBodyParsers } from './http/request-bodies.js';
+import { type JsonBodyParser, jsonBodyParser, registerBodyParsers } from './http/request-bodies.js';
 import { SECURITY_HEADERS } from './http/security-headers.js';
 import { registerUploadSlots } from './http/upload-slots.js';
 import { readPageParts, registerWebRoutes } from './http/web/web-routes.js';
@@ -68,6 +69,14 @@ function isApiRequest(request: FastifyRequest): boolean {
 export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   const { config, services } = deps;
   let throttle: NotFoundThrottle | null = null;
+  // The API's JSON parser, as the lane's creates use it (set once the app exists).
+  let parseJson: JsonBodyParser | null = null;
+  const apiDeps = {
+    pastes: services.pastes,
+    keys: services.keys,
+    quota: services.quota,
+    presenter: services.presenter,
+  };
   const lane = new FastLane({
     pastes: services.pastes,
     keys: services.keys,
@@ -84,6 +93,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
         return false;
       }
     },
+    createFromJson: async (body, key, ip) => createFromJson(apiDeps, (parseJson as JsonBodyParser)(body), key, ip),
     logger: deps.logger,
   });
   const app = Fastify({
@@ -127,6 +137,13 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   // A callback hook, not an async one: every request passes here, and a promise a request adds up.
   app.addHook('onRequest', (request, reply, done) => {
     reply.headers(SECURITY_HEADERS);
+    // A create whose body the fast lane read and could not answer: its error, with its quota's headers.
+    const failure = failedInLane(request.raw);
+    if (failure) {
+      reply.headers(quotaCountedByLane(request.raw) ?? {});
+      done(failure.error as Error);
+      return;
+    }
     if (!config.apiEnabled && isApiRequest(request)) {
       done(new AppError('api_disabled', 'The API is turned off on this server.'));
       return;
@@ -147,8 +164,8 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   throttle = registerNotFoundThrottle(app, { limitPerMinute: config.notFoundLimitPerMinute, clock: services.clock });
   registerUploadSlots(app);
   await registerBodyParsers(app);
+  parseJson = jsonBodyParser(app);
   const presenter = services.presenter;
-  const apiDeps = { pastes: services.pastes, keys: services.keys, quota: services.quota, presenter };
   await registerPasteRoutes(app, apiDeps);
   await registerCliRoutes(app, {
     ...apiDeps,

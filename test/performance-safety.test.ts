@@ -40,6 +40,31 @@ async function lookedUpAgain(server: TestServer, key: string): Promise<void> {
 
 const sha256 = (text: string) => createHash('sha256').update(text).digest('hex');
 
+/**
+ * Counts the calls of an async method of `target` and, once `failNext()` is called, makes its
+ * next call reject with `message`; `restore()` puts the method back.
+ */
+function failingOnDemand<T extends object, K extends keyof T>(target: T, name: K, message: string) {
+  const original = target[name] as (...args: unknown[]) => Promise<unknown>;
+  let calls = 0;
+  let failNext = false;
+  target[name] = ((...args: unknown[]) => {
+    calls++;
+    if (!failNext) return original.apply(target, args);
+    failNext = false;
+    return Promise.reject(new Error(message));
+  }) as T[K];
+  return {
+    calls: () => calls,
+    failNext: () => {
+      failNext = true;
+    },
+    restore: () => {
+      target[name] = original as T[K];
+    },
+  };
+}
+
 /** Whether the suite runs on PostgreSQL (startServer's database: helpers.ts). */
 const ON_POSTGRES = Boolean(process.env.TEST_DATABASE_URL);
 
@@ -566,7 +591,9 @@ describe('the fast lane', () => {
       const plain = await create({ content: 'plain ✓ text\n', title: 'T', language: 'text' });
       const protectedId = await create({ content: 'secret', password: 'pw-123456' });
       const burnId = await create({ content: 'once', burn: true });
-      const fastLines = () => lines.filter((line) => line.includes('"lane":"fast"')).length;
+      // The reads' lines (creates take the lane too: the next test).
+      const fastLines = () =>
+        lines.filter((line) => line.includes('"lane":"fast"') && !line.includes('"method":"POST"')).length;
       const comparable = (headers: Headers) => {
         const out: Record<string, string> = {};
         for (const [name, value] of headers)
@@ -654,6 +681,196 @@ describe('the fast lane', () => {
     }
   });
 
+  it('answers plain JSON creates exactly as the framework does, and leaves every other create to it', async () => {
+    const lines: string[] = [];
+    const server = await startServer({ logger: capture(lines) });
+    try {
+      const key = await server.createKey({ hourly: 1000 });
+      const laneCreates = () =>
+        lines.filter((line) => line.includes('"lane":"fast"') && line.includes('"method":"POST"')).length;
+      // Fastify parses this type as JSON too; the lane takes only the two usual spellings.
+      const FRAMEWORK_TYPE = 'application/json;charset=utf-8';
+      const post = (body: string, type = 'application/json', headers: Record<string, string> = {}) =>
+        request(`${server.url}/api/v1/paste`, {
+          method: 'POST',
+          headers: { 'x-api-key': key, 'content-type': type, ...headers },
+          body,
+        });
+      const remaining = (res: Awaited<ReturnType<typeof request>>) => Number(res.headers.get('ratelimit-remaining'));
+      const comparable = (headers: Headers) =>
+        Object.fromEntries(
+          [...headers].filter(
+            ([name]) => !['date', 'keep-alive', 'connection'].includes(name) && !name.startsWith('ratelimit'),
+          ),
+        );
+      const sameAnswer = (
+        lane: Awaited<ReturnType<typeof request>>,
+        framework: Awaited<ReturnType<typeof request>>,
+      ) => {
+        assert.equal(lane.status, framework.status, lane.text);
+        assert.deepEqual(comparable(lane.headers), comparable(framework.headers));
+        assert.equal(remaining(framework), remaining(lane) - 1, 'each counted once');
+      };
+
+      await lookedUpAgain(server, key);
+      for (const made of [
+        () => ({ content: 'plain ✓ text\n', title: 'T', language: 'text' }),
+        (side: string) => ({ content: 'print(1)\n', slug: `slug-${side}`, expiry: '1h' }),
+        // Taken by then: a suffixed slug and the message that says so.
+        () => ({ content: 'print(2)\n', slug: 'slug-lane', downloadable: true }),
+        // 800 KB: a body that arrives in many parts.
+        () => ({ content: 'é'.repeat(400_000) }),
+      ]) {
+        const json = made('lane');
+        const body = JSON.stringify(json);
+        const before = laneCreates();
+        const lane = await post(body);
+        assert.equal(laneCreates(), before + 1, `${body} took the lane`);
+        const framework = await post(JSON.stringify(made('main')), FRAMEWORK_TYPE);
+        assert.equal(laneCreates(), before + 1, 'the other type took the framework');
+        assert.equal(lane.status, 201);
+        sameAnswer(lane, framework);
+        const { paste_id: laneId, url: laneUrl, raw_url: _a, download_url: _b, ...laneData } = lane.body.data;
+        const { paste_id: frameworkId, url: _c, raw_url: _d, download_url: _e, ...frameworkData } = framework.body.data;
+        assert.deepEqual(laneData, frameworkData);
+        assert.equal(lane.body.message.replace(laneId, 'ID'), framework.body.message.replace(frameworkId, 'ID'));
+        assert.equal(laneUrl, `${server.url}/view/${laneId}`);
+        // Stored as the framework stores it: read back through the framework.
+        const stored = async (id: string) => {
+          const read = await request(`${server.url}/api/v1/paste/${id}?via=framework`, {
+            headers: { 'x-api-key': key },
+          });
+          const { paste_id: _id, created_at: _at, expires_at: _ex, ...data } = read.body.data;
+          return data;
+        };
+        const laneStored = await stored(laneId);
+        assert.equal(laneStored.content, json.content);
+        assert.deepEqual(laneStored, await stored(frameworkId));
+      }
+      const laneLine = lines.map((line) => JSON.parse(line)).find((entry) => entry.lane === 'fast');
+      assert.deepEqual(laneLine.res, { statusCode: 201 });
+      assert.equal(laneLine.req.url, '/api/v1/paste');
+
+      // Bodies the rules refuse: the lane read them, Fastify answers its error, as its own.
+      const before = laneCreates();
+      for (const body of [
+        '{"content": ',
+        '[1, 2]',
+        '"text"',
+        '{"content": ""}',
+        '{"content": "x", "expiry": "2y"}',
+        '{"content": "x", "__proto__": {"admin": true}}',
+        '{"content": "x", "constructor": {"prototype": {"admin": true}}}',
+        '{"content": 5}',
+        '{"content": "x", "burn": "yes", "password": "pw"}',
+      ]) {
+        const lane = await post(body);
+        const framework = await post(body, FRAMEWORK_TYPE);
+        sameAnswer(lane, framework);
+        assert.deepEqual(lane.body, framework.body, body.slice(0, 40));
+        assert.ok(lane.status === 400 || lane.status === 413, `${lane.status} ${body.slice(0, 40)}`);
+      }
+      const latin1 = Buffer.from('{"content": "caf\xe9"}', 'latin1');
+      const laneLatin1 = await post(latin1 as unknown as string);
+      const frameworkLatin1 = await post(latin1 as unknown as string, FRAMEWORK_TYPE);
+      sameAnswer(laneLatin1, frameworkLatin1);
+      assert.equal(laneLatin1.body.message, 'The body is not valid JSON: it is not UTF-8.');
+      assert.equal(laneCreates(), before, 'no refusal is logged as the lane answering');
+
+      // Not the lane's: another body type, a chunked body, no key; each answered as before.
+      const form = await post('content=hi', 'application/x-www-form-urlencoded');
+      assert.equal(form.status, 400);
+      const chunked = await fetch(`${server.url}/api/v1/paste`, {
+        method: 'POST',
+        headers: { 'x-api-key': key, 'content-type': 'application/json' },
+        body: new Blob(['{"content": "chunked"}']).stream(),
+        duplex: 'half',
+      } as RequestInit);
+      assert.equal(chunked.status, 201);
+      const keyless = await request(`${server.url}/api/v1/paste`, { method: 'POST', json: { content: 'x' } });
+      assert.equal(keyless.status, 401);
+      assert.equal(laneCreates(), before);
+    } finally {
+      await server.close();
+    }
+  });
+
+  it('answers a create that fails in the lane once, through the error presenter, its quota counted once', async () => {
+    const lines: string[] = [];
+    const server = await startServer({ logger: capture(lines) });
+    const { services } = server;
+    const create = failingOnDemand(services.pastes, 'create', 'disk hiccup');
+    try {
+      const key = await server.createKey({ hourly: 4 });
+      await createPaste(server, key, { content: 'one' }); // 1 of 4, through the framework
+      assert.ok(services.keys.cachedActiveKey(key), 'the next create takes the lane');
+      create.failNext();
+      const failed = await request(`${server.url}/api/v1/paste`, {
+        method: 'POST',
+        headers: { 'x-api-key': key },
+        json: { content: 'two' },
+      });
+      assert.equal(failed.status, 500);
+      assert.equal(failed.body.code, 'internal_error');
+      assert.match(failed.body.message, /\(request [0-9a-f-]{36}\)$/);
+      assert.equal(failed.headers.get('ratelimit-remaining'), '2', 'counted once');
+      assert.equal(failed.headers.get('x-content-type-options'), 'nosniff');
+      assert.equal(create.calls(), 2, 'the failed create is not tried again');
+      const logged = lines.map((line) => JSON.parse(line)).filter((entry) => entry.msg === 'unexpected error');
+      assert.equal(logged.length, 1);
+      assert.equal(logged[0].err.message, 'disk hiccup');
+      assert.ok(!lines.some((line) => line.includes(key)), 'the key is in no log line');
+      const list = await request(`${server.url}/api/v1/pastes?page=%31`, { headers: { 'x-api-key': key } });
+      assert.deepEqual(
+        list.body.data.map((item: { title: string | null }) => item.title),
+        [null],
+      );
+      assert.equal(list.body.pagination.total, 1, 'nothing stored for the failed create');
+      // Up to the quota, then refused before the body is read, as the route refuses it.
+      const statuses: number[] = [];
+      for (let i = 0; i < 2; i++) {
+        const res = await fetch(`${server.url}/api/v1/paste`, {
+          method: 'POST',
+          headers: { 'x-api-key': key, 'content-type': 'application/json' },
+          body: JSON.stringify({ content: `more ${i}` }),
+        });
+        await res.arrayBuffer();
+        statuses.push(res.status);
+      }
+      assert.deepEqual(statuses, [201, 429], 'the fourth use (the list was the third) and no more');
+      assert.equal(create.calls(), 3);
+    } finally {
+      create.restore();
+      await server.close();
+    }
+  });
+
+  it('creates nothing and keeps serving when a client leaves in the middle of a body the lane reads', async () => {
+    const server = await startServer();
+    try {
+      const key = await server.createKey({ hourly: 1000 });
+      await lookedUpAgain(server, key);
+      const { port } = new URL(server.url);
+      for (let i = 0; i < 5; i++) {
+        const socket = net.connect(Number(port), '127.0.0.1');
+        await new Promise((resolve) => socket.once('connect', resolve));
+        socket.write(
+          `POST /api/v1/paste HTTP/1.1\r\nhost: x\r\nx-api-key: ${key}\r\ncontent-type: application/json\r\ncontent-length: 1000\r\n\r\n{"content": "half`,
+        );
+        await new Promise((resolve) => setTimeout(resolve, 20));
+        socket.destroy();
+      }
+      const created = await createPaste(server, key, { content: 'whole' });
+      const list = await request(`${server.url}/api/v1/pastes`, { headers: { 'x-api-key': key } });
+      assert.deepEqual(
+        list.body.data.map((item: { paste_id: string }) => item.paste_id),
+        [created],
+      );
+    } finally {
+      await server.close();
+    }
+  });
+
   it('answers list pages exactly as the framework does, and leaves every other list query to it', async () => {
     const lines: string[] = [];
     const server = await startServer({ logger: capture(lines) });
@@ -732,27 +949,17 @@ describe('the fast lane', () => {
     const lines: string[] = [];
     const server = await startServer({ logger: capture(lines) });
     const { services } = server;
-    const list = services.pastes.list.bind(services.pastes);
-    let reads = 0;
-    let failNext = false;
-    services.pastes.list = (...args: Parameters<typeof list>) => {
-      reads++;
-      if (failNext) {
-        failNext = false;
-        return Promise.reject(new Error('storage hiccup'));
-      }
-      return list(...args);
-    };
+    const list = failingOnDemand(services.pastes, 'list', 'storage hiccup');
     try {
       const key = await server.createKey({ hourly: 4 });
       await createPaste(server, key, { content: 'one paste' }); // 1 of 4, and the key looked up
       // A read that fails in the lane: Fastify reads again and answers, the quota counted once.
-      failNext = true;
+      list.failNext();
       const retried = await request(`${server.url}/api/v1/pastes`, { headers: { 'x-api-key': key } });
       assert.equal(retried.status, 200);
       assert.equal(retried.body.data.length, 1);
       assert.equal(retried.headers.get('ratelimit-remaining'), '2', 'the create and this list, once each');
-      assert.equal(reads, 2);
+      assert.equal(list.calls(), 2);
       const failures = laneFailures(lines);
       assert.equal(failures.length, 1, 'the failure in the lane is logged once');
       assert.equal(failures[0].level, 40);
@@ -766,9 +973,9 @@ describe('the fast lane', () => {
         statuses.push(res.status);
       }
       assert.deepEqual(statuses, [200, 200, 429, 429, 429]);
-      assert.equal(reads, 4, 'a refused list is not read');
+      assert.equal(list.calls(), 4, 'a refused list is not read');
     } finally {
-      services.pastes.list = list;
+      list.restore();
       await server.close();
     }
   });
@@ -875,6 +1082,7 @@ describe('the fast lane', () => {
       apiEnabled: true,
       trustProxy: false,
       admits: () => true,
+      createFromJson: failing,
     });
     const front = serverWithFastLane(lane)((req, res) => server.app.routing(req, res), {});
     const port = await freePort();

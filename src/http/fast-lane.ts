@@ -1,16 +1,22 @@
 /**
  * The fast lane: the reads repeated most, `GET /raw/<id>`, `GET /api/v1/paste/<id>`,
- * `GET /view/<id>` and a key's list `GET /api/v1/pastes`, answered straight from node:http when
- * they are plain successes, without the framework's routing, hooks and reply machinery (on a
- * 1 KB read those cost about as much as the read itself). The lane decides no rule of its own:
- * the paste rules are PasteService's (plainContent, plainPasteNow, readOf, countView, list), the
- * key and quota rules KeyService's and QuotaService's, the list query's readPagination, the page
- * the web routes' (readPage), the headers the ones every answer carries. Everything else (a query
- * string but a list's plain page and limit, HEAD, a password, a view-once paste, a paste that is
- * not there, a key not looked up in the last second, any refusal, a server shutting down) goes
- * to Fastify, which answers it as it always does. A request the lane hands over has had nothing
- * consumed: it counts quota only when it is about to answer, but for a list, whose quota is
- * counted before its read (a key over its quota costs no read) and marked as counted for Fastify.
+ * `GET /view/<id>` and a key's list `GET /api/v1/pastes`, and a key's JSON create
+ * `POST /api/v1/paste`, answered straight from node:http when they are plain successes, without
+ * the framework's routing, hooks and reply machinery (on a 1 KB read those cost about as much as
+ * the read itself). The lane decides no rule of its own: the paste rules are PasteService's
+ * (plainContent, plainPasteNow, readOf, countView, list), a create the route's own createFromJson
+ * on the body the API's JSON parser gives, the key and quota rules KeyService's and
+ * QuotaService's, the list query's readPagination, the page the web routes' (readPage), the
+ * headers the ones every answer carries. Everything else (a query string but a list's plain page
+ * and limit, HEAD, a password, a view-once paste, a paste that is not there, a key not looked up
+ * in the last second, a create's body not plain JSON of a stated length under LANE_BODY_LIMIT,
+ * any refusal, a server shutting down) goes to Fastify, which answers it as it always does. A
+ * request the lane hands over has had nothing consumed: it counts quota only when it is about to
+ * answer, but for a list and a create, whose quota is counted first as the routes count it (a
+ * key over its quota costs no read, and no upload) and marked as counted for Fastify. A create's
+ * body, once read, cannot be handed over: a create that fails after it (a body the rules refuse,
+ * the storage failing) goes to Fastify with its error (markFailedInLane), which the error
+ * presenter answers as the route's would have been.
  */
 import http, { type IncomingMessage, type ServerResponse } from 'node:http';
 import type { FastifyServerFactory, FastifyServerFactoryHandler, FastifyServerOptions } from 'fastify';
@@ -22,8 +28,10 @@ import type { PastePresenter } from '../pastes/paste-presenter.js';
 import type { PasteService, Read } from '../pastes/paste-service.js';
 import { markQuotaCounted } from './api/authentication.js';
 import { readPagination } from './api/pagination.js';
+import { readLimited } from './request-bodies.js';
 import { ResponseBatch } from './response-batch.js';
 import { SECURITY_HEADERS } from './security-headers.js';
+import { LARGE_BODY_BYTES } from './upload-slots.js';
 
 export interface FastLaneDeps {
   pastes: PasteService;
@@ -36,10 +44,12 @@ export interface FastLaneDeps {
   trustProxy: boolean;
   /** False when the client address may not be served now (the 404 throttle refuses it). */
   admits(address: string): boolean;
+  /** A create from a JSON body's bytes by a key, from a client address: the 201's body, or a throw. */
+  createFromJson(body: Buffer, key: ApiKey, ip: string): Promise<unknown>;
   logger?: Logger | undefined;
 }
 
-type Lane = 'raw' | 'api' | 'view' | 'list';
+type Lane = 'raw' | 'api' | 'view' | 'list' | 'create';
 
 const PLAIN_ID = /^[A-Za-z0-9_-]{3,69}$/;
 const RAW_PREFIX = '/raw/';
@@ -51,6 +61,29 @@ const LIST_PATH = '/api/v1/pastes';
  * values' rules are readPagination's; any other query is Fastify's to parse and answer.
  */
 const LIST_QUERY = /^(?:\?(page|limit)=(\d{1,9})(?:&(?!\1)(page|limit)=(\d{1,9}))?)?$/;
+const CREATE_PATH = '/api/v1/paste';
+/** The content types of a create the lane takes; any other, Fastify parses or refuses. */
+const CREATE_TYPES = new Set(['application/json', 'application/json; charset=utf-8']);
+/**
+ * The largest create body the lane reads (its Content-Length; Node's parser gives no more). Past
+ * it a body waits for an upload slot (upload-slots.ts): Fastify's.
+ */
+export const LANE_BODY_LIMIT = LARGE_BODY_BYTES;
+const STATED_LENGTH = /^[1-9]\d{0,6}$/;
+
+/** Where the lane leaves the error of a create it read the body of and could not answer. */
+const FAILED_IN_LANE = Symbol('failed in the fast lane');
+type FailedInLane = { [FAILED_IN_LANE]?: { error: unknown } };
+
+/** The request's body was read in the lane and its create failed: Fastify answers with `error`. */
+export function markFailedInLane(req: IncomingMessage, error: unknown): void {
+  (req as IncomingMessage & FailedInLane)[FAILED_IN_LANE] = { error };
+}
+
+/** The failure of a request the lane read the body of, for Fastify to answer; undefined if none. */
+export function failedInLane(req: IncomingMessage): { error: unknown } | undefined {
+  return (req as IncomingMessage & FailedInLane)[FAILED_IN_LANE];
+}
 
 /**
  * At most one failure of the lane logged in this time: while the storage fails, every request
@@ -81,11 +114,14 @@ export class FastLane {
 
   /** Which lane a request may take, from its method, path and headers alone; null: Fastify's. */
   lane(req: IncomingMessage): Lane | null {
-    if (this.closing || req.method !== 'GET') return null;
+    if (this.closing) return null;
+    const method = req.method;
+    if (method !== 'GET' && method !== 'POST') return null;
     const url = req.url ?? '';
     const headers = req.headers;
     if (headers['content-encoding'] !== undefined || headers['x-paste-password'] !== undefined) return null;
     if (this.deps.trustProxy && headers['x-forwarded-for'] !== undefined) return null;
+    if (method === 'POST') return url === CREATE_PATH && this.isPlainCreate(headers) ? 'create' : null;
     if (url.startsWith(RAW_PREFIX)) return PLAIN_ID.test(url.slice(RAW_PREFIX.length)) ? 'raw' : null;
     if (url.startsWith(VIEW_PREFIX)) return PLAIN_ID.test(url.slice(VIEW_PREFIX.length)) ? 'view' : null;
     if (this.deps.apiEnabled && url.startsWith(API_PREFIX) && typeof headers['x-api-key'] === 'string') {
@@ -95,6 +131,21 @@ export class FastLane {
       return LIST_QUERY.test(url.slice(LIST_PATH.length)) ? 'list' : null;
     }
     return null;
+  }
+
+  /** A key's create with a JSON body of a stated length the lane reads at once. */
+  private isPlainCreate(headers: IncomingMessage['headers']): boolean {
+    if (!this.deps.apiEnabled || typeof headers['x-api-key'] !== 'string') return false;
+    if (headers['transfer-encoding'] !== undefined || headers.expect !== undefined) return false;
+    const type = headers['content-type'];
+    const length = headers['content-length'];
+    return (
+      type !== undefined &&
+      CREATE_TYPES.has(type.toLowerCase()) &&
+      length !== undefined &&
+      STATED_LENGTH.test(length) &&
+      Number(length) <= LANE_BODY_LIMIT
+    );
   }
 
   /**
@@ -120,7 +171,41 @@ export class FastLane {
     const key = this.deps.keys.cachedActiveKey(req.headers['x-api-key'] as string);
     if (!key) return false;
     if (lane === 'list') return this.serveList(req, res, key, url, started);
+    if (lane === 'create') return this.serveCreate(req, res, key, started);
     return this.serveApi(req, res, key, url, started);
+  }
+
+  /**
+   * A key's JSON create: its quota counted before the body is read, as the route counts it (a
+   * key over its quota costs no upload), then the body read (its length stated and at most
+   * LANE_BODY_LIMIT) and the route's createFromJson. Once the body is read the request cannot be
+   * handed over as it came: a failure goes to Fastify with its error (markFailedInLane).
+   */
+  private serveCreate(
+    req: IncomingMessage,
+    res: ServerResponse,
+    key: ApiKey,
+    started: bigint,
+  ): boolean | Promise<boolean> {
+    return this.whenCounted(key, (quotaHeaders) => {
+      markQuotaCounted(req, quotaHeaders);
+      return readLimited(req, LANE_BODY_LIMIT)
+        .then((body) => this.deps.createFromJson(body, key, req.socket.remoteAddress ?? ''))
+        .then((answer) => {
+          this.send(req, res, JSON_HEADERS, JSON.stringify(answer), started, quotaHeaders, 201);
+          return true;
+        })
+        .catch((err: unknown) => {
+          if (res.headersSent) {
+            // Created, and the answer failed after its head: nothing else can be said to the client.
+            this.failed(req, err);
+            res.destroy();
+            return true;
+          }
+          markFailedInLane(req, err);
+          return false;
+        });
+    });
   }
 
   /** A page of the key's pastes, its quota counted before the read as the route counts it. */
@@ -242,10 +327,11 @@ export class FastLane {
     body: string,
     started: bigint,
     extraHeaders?: Record<string, string>,
+    status = 200,
   ): void {
     // One copy of the headers per answer (an object spread here kept them past the young generation).
-    res.writeHead(200, Object.assign({}, headers, extraHeaders, { 'content-length': Buffer.byteLength(body) }));
-    this.batch.end(res, body, this.completion(req, started));
+    res.writeHead(status, Object.assign({}, headers, extraHeaders, { 'content-length': Buffer.byteLength(body) }));
+    this.batch.end(res, body, this.completion(req, started, status));
   }
 
   /**
@@ -271,13 +357,13 @@ export class FastLane {
   }
 
   /** What logs the answer once it is ended (as Fastify logs its own), or null when nothing would. */
-  private completion(req: IncomingMessage, started: bigint): (() => void) | null {
+  private completion(req: IncomingMessage, started: bigint, statusCode = 200): (() => void) | null {
     const logger = this.deps.logger;
     if (!logger?.isLevelEnabled('info')) return null;
     return () => {
       const responseTime = Number(process.hrtime.bigint() - started) / 1e6;
       logger.info(
-        { req: { method: req.method, url: req.url }, res: { statusCode: 200 }, responseTime, lane: 'fast' },
+        { req: { method: req.method, url: req.url }, res: { statusCode }, responseTime, lane: 'fast' },
         'request completed',
       );
     };

@@ -28,6 +28,38 @@ const noRoute = (request: FastifyRequest): boolean => request.is404;
 const bodyTooLarge = (): AppError =>
   new AppError('content_too_large', 'The body is larger than this endpoint accepts.');
 
+/** A JSON body's text: UTF-8 (RFC 8259), or the 400 that says it is not. */
+export function decodeJsonText(body: Buffer): string {
+  try {
+    return strictUtf8.decode(body);
+  } catch {
+    throw new AppError('invalid_request', 'The body is not valid JSON: it is not UTF-8.');
+  }
+}
+
+/** A JSON body's bytes to their value, or a throw of the error the API's JSON parser gives. */
+export type JsonBodyParser = (body: Buffer) => unknown;
+
+/**
+ * The parser of the API's JSON bodies as a function (for the fast lane): strict UTF-8, then
+ * Fastify's own JSON parser, which refuses __proto__ and constructor keys. Its errors are the
+ * ones the framework's parsing gives, so the error presenter answers them alike.
+ */
+export function jsonBodyParser(app: FastifyInstance): JsonBodyParser {
+  const parseJson = app.getDefaultJsonParser('error', 'error');
+  return (body) => {
+    let failure: Error | null = null;
+    let value: unknown;
+    // Fastify's parser calls back before it returns.
+    parseJson({} as FastifyRequest, decodeJsonText(body), (err, parsed) => {
+      failure = err;
+      value = parsed;
+    });
+    if (failure) throw failure;
+    return value;
+  };
+}
+
 export async function registerBodyParsers(app: FastifyInstance): Promise<void> {
   app.addContentTypeParser('application/x-www-form-urlencoded', (request, payload, done) => {
     if (noRoute(request)) return done(null, undefined);
@@ -49,9 +81,9 @@ export async function registerBodyParsers(app: FastifyInstance): Promise<void> {
         if (raw) return done(null, body);
         let text: string;
         try {
-          text = strictUtf8.decode(body);
-        } catch {
-          return done(new AppError('invalid_request', 'The body is not valid JSON: it is not UTF-8.'), undefined);
+          text = decodeJsonText(body);
+        } catch (err) {
+          return done(err as AppError, undefined);
         }
         parseJson(request, text, done);
       },
