@@ -9,12 +9,11 @@ import FindMyWay, { type HTTPMethod } from 'find-my-way';
 import { type Logger, pino } from 'pino';
 import type { Config } from './config.js';
 import { AppError } from './errors.js';
-import { quotaCountedByLane } from './http/api/authentication.js';
 import { registerCliRoutes } from './http/api/cli-routes.js';
 import { createFromJson, registerPasteRoutes } from './http/api/paste-routes.js';
 import { answerClientError, answerUnmetExpectations } from './http/client-errors.js';
 import { sendError } from './http/error-presenter.js';
-import { FastLane, failedInLane, serverWithFastLane } from './http/fast-lane.js';
+import { FastLane, serverWithFastLane } from './http/fast-lane.js';
 import { type NotFoundThrottle, registerNotFoundThrottle } from './http/not-found-throttle.js';
 import { type JsonBodyParser, jsonBodyParser, registerBodyParsers } from './http/request-bodies.js';
 import { SECURITY_HEADERS } from './http/security-headers.js';
@@ -137,13 +136,6 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   // A callback hook, not an async one: every request passes here, and a promise a request adds up.
   app.addHook('onRequest', (request, reply, done) => {
     reply.headers(SECURITY_HEADERS);
-    // A create whose body the fast lane read and could not answer: its error, with its quota's headers.
-    const failure = failedInLane(request.raw);
-    if (failure) {
-      reply.headers(quotaCountedByLane(request.raw) ?? {});
-      done(failure.error as Error);
-      return;
-    }
     if (!config.apiEnabled && isApiRequest(request)) {
       done(new AppError('api_disabled', 'The API is turned off on this server.'));
       return;

@@ -14,6 +14,7 @@ import { fileURLToPath } from 'node:url';
 import { sql } from 'kysely';
 import pg from 'pg';
 import { pino } from 'pino';
+import { AppError } from '../src/errors.js';
 import { heapFlagsFor, POSTGRES_HEAP_GROWING_PERCENT } from '../src/heap-growth.js';
 import { FastLane, serverWithFastLane } from '../src/http/fast-lane.js';
 import { KEY_CACHE_MS } from '../src/keys/key-service.js';
@@ -751,9 +752,10 @@ describe('the fast lane', () => {
       assert.deepEqual(laneLine.res, { statusCode: 201 });
       assert.equal(laneLine.req.url, '/api/v1/paste');
 
-      // Bodies the rules refuse: the lane read them, Fastify answers its error, as its own.
+      // Bodies the rules refuse: read by the lane, which answers them as the framework does (but
+      // for the connection, which it keeps: it has read the whole body).
       const before = laneCreates();
-      for (const body of [
+      const refused = [
         '{"content": ',
         '[1, 2]',
         '"text"',
@@ -763,7 +765,8 @@ describe('the fast lane', () => {
         '{"content": "x", "constructor": {"prototype": {"admin": true}}}',
         '{"content": 5}',
         '{"content": "x", "burn": "yes", "password": "pw"}',
-      ]) {
+      ];
+      for (const body of refused) {
         const lane = await post(body);
         const framework = await post(body, FRAMEWORK_TYPE);
         sameAnswer(lane, framework);
@@ -775,7 +778,7 @@ describe('the fast lane', () => {
       const frameworkLatin1 = await post(latin1 as unknown as string, FRAMEWORK_TYPE);
       sameAnswer(laneLatin1, frameworkLatin1);
       assert.equal(laneLatin1.body.message, 'The body is not valid JSON: it is not UTF-8.');
-      assert.equal(laneCreates(), before, 'no refusal is logged as the lane answering');
+      assert.equal(laneCreates(), before + refused.length + 1, 'each refusal answered by the lane');
 
       // Not the lane's: another body type, a chunked body, no key; each answered as before.
       const form = await post('content=hi', 'application/x-www-form-urlencoded');
@@ -789,7 +792,7 @@ describe('the fast lane', () => {
       assert.equal(chunked.status, 201);
       const keyless = await request(`${server.url}/api/v1/paste`, { method: 'POST', json: { content: 'x' } });
       assert.equal(keyless.status, 401);
-      assert.equal(laneCreates(), before);
+      assert.equal(laneCreates(), before + refused.length + 1);
     } finally {
       await server.close();
     }
@@ -812,13 +815,20 @@ describe('the fast lane', () => {
       });
       assert.equal(failed.status, 500);
       assert.equal(failed.body.code, 'internal_error');
-      assert.match(failed.body.message, /\(request [0-9a-f-]{36}\)$/);
+      const requestId = /\(request ([0-9a-f-]{36})\)$/.exec(failed.body.message)?.[1];
+      assert.ok(requestId, failed.body.message);
       assert.equal(failed.headers.get('ratelimit-remaining'), '2', 'counted once');
       assert.equal(failed.headers.get('x-content-type-options'), 'nosniff');
       assert.equal(create.calls(), 2, 'the failed create is not tried again');
-      const logged = lines.map((line) => JSON.parse(line)).filter((entry) => entry.msg === 'unexpected error');
+      const entries = lines.map((line) => JSON.parse(line));
+      const logged = entries.filter((entry) => entry.msg === 'unexpected error');
       assert.equal(logged.length, 1);
       assert.equal(logged[0].err.message, 'disk hiccup');
+      assert.equal(logged[0].reqId, requestId, "the id the answer names is the log line's");
+      assert.ok(
+        entries.some((entry) => entry.lane === 'fast' && entry.res?.statusCode === 500),
+        'the lane answered it',
+      );
       assert.ok(!lines.some((line) => line.includes(key)), 'the key is in no log line');
       const list = await request(`${server.url}/api/v1/pastes?page=%31`, { headers: { 'x-api-key': key } });
       assert.deepEqual(
@@ -845,8 +855,65 @@ describe('the fast lane', () => {
     }
   });
 
-  it('creates nothing and keeps serving when a client leaves in the middle of a body the lane reads', async () => {
+  it('answers creates in flight in the lane when the server starts closing, a refusal in the envelope', async () => {
     const server = await startServer();
+    const { services } = server;
+    const create = services.pastes.create.bind(services.pastes);
+    // Each create waits 300 ms, then the one for "refuse" is refused as a rule would refuse it.
+    services.pastes.create = async (...args: Parameters<typeof create>) => {
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      if (args[0].content === 'refuse') throw new AppError('invalid_request', 'A rule refused it.');
+      return create(...args);
+    };
+    let closed: Promise<void> | null = null;
+    try {
+      const key = await server.createKey({ hourly: 100 });
+      await lookedUpAgain(server, key);
+      // Each on a connection of its own that ends with its answer, so that the close waits for no idle one.
+      const post = (content: string) =>
+        new Promise<{ status: number; headers: Record<string, unknown>; body: any }>((resolve, reject) => {
+          const body = JSON.stringify({ content });
+          const req = httpRequest(
+            `${server.url}/api/v1/paste`,
+            {
+              method: 'POST',
+              agent: false,
+              headers: { 'x-api-key': key, 'content-type': 'application/json', 'content-length': body.length },
+            },
+            (res) => {
+              let text = '';
+              res.setEncoding('utf8');
+              res.on('data', (chunk) => {
+                text += chunk;
+              });
+              res.on('end', () =>
+                resolve({ status: res.statusCode ?? 0, headers: res.headers, body: JSON.parse(text) }),
+              );
+            },
+          );
+          req.on('error', reject);
+          req.end(body);
+        });
+      const answers = Promise.all([post('kept'), post('refuse')]);
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      closed = server.close();
+      const [kept, refused] = await answers;
+      assert.equal(kept.status, 201);
+      assert.equal(kept.body.data.sha256, sha256('kept'));
+      assert.equal(refused.status, 400);
+      assert.deepEqual(refused.body, { error: true, message: 'A rule refused it.', code: 'invalid_request' });
+      assert.equal(refused.headers['x-content-type-options'], 'nosniff');
+      assert.ok(refused.headers['ratelimit-remaining']);
+      await closed;
+    } finally {
+      services.pastes.create = create;
+      if (!closed) await server.close();
+    }
+  });
+
+  it('creates nothing and keeps serving when a client leaves in the middle of a body the lane reads', async () => {
+    const lines: string[] = [];
+    const server = await startServer({ logger: capture(lines) });
     try {
       const key = await server.createKey({ hourly: 1000 });
       await lookedUpAgain(server, key);
@@ -854,12 +921,16 @@ describe('the fast lane', () => {
       for (let i = 0; i < 5; i++) {
         const socket = net.connect(Number(port), '127.0.0.1');
         await new Promise((resolve) => socket.once('connect', resolve));
+        // What has arrived is a whole JSON object: only the stated length says it is not all.
         socket.write(
-          `POST /api/v1/paste HTTP/1.1\r\nhost: x\r\nx-api-key: ${key}\r\ncontent-type: application/json\r\ncontent-length: 1000\r\n\r\n{"content": "half`,
+          `POST /api/v1/paste HTTP/1.1\r\nhost: x\r\nx-api-key: ${key}\r\ncontent-type: application/json\r\ncontent-length: 1000\r\n\r\n{"content": "half ${i}"}`,
         );
         await new Promise((resolve) => setTimeout(resolve, 20));
         socket.destroy();
       }
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      const posts = lines.map((line) => JSON.parse(line)).filter((entry) => entry.req?.method === 'POST');
+      assert.deepEqual(posts, [], 'the lane took them (Fastify logs each request it takes) and answered none');
       const created = await createPaste(server, key, { content: 'whole' });
       const list = await request(`${server.url}/api/v1/pastes`, { headers: { 'x-api-key': key } });
       assert.deepEqual(

@@ -5,7 +5,7 @@
  * web pages.
  */
 import type { Socket } from 'node:net';
-import type { FastifyReply, FastifyRequest } from 'fastify';
+import type { FastifyBaseLogger, FastifyReply, FastifyRequest } from 'fastify';
 import { AppError, type ErrorCode, type FieldProblem, invalidRequest } from '../errors.js';
 import { isBackendUnavailable } from '../storage/unavailable.js';
 import { SECURITY_HEADERS } from './security-headers.js';
@@ -83,10 +83,32 @@ function wantsPage(request: FastifyRequest): boolean {
   return isPage && (request.headers.accept ?? '').includes('text/html');
 }
 
+/** Logs what an error answer does not say: our own faults, and a backend that does not answer. */
+export function logAnswered(
+  log: Pick<FastifyBaseLogger, 'error' | 'warn'>,
+  thrown: unknown,
+  answered: { error: AppError; unexpected: boolean },
+  context: Record<string, unknown> = {},
+): void {
+  if (answered.unexpected) log.error({ ...context, err: thrown }, 'unexpected error');
+  else if (answered.error.code === 'service_unavailable') log.warn({ ...context, err: thrown }, 'backend unavailable');
+}
+
+/** The JSON envelope of an error answer (D7); our own faults name the request, whose log has the detail. */
+export function errorEnvelope(answered: { error: AppError; unexpected: boolean }, requestId: string) {
+  const { error, unexpected } = answered;
+  return {
+    error: true,
+    message: unexpected ? `${error.message} (request ${requestId})` : error.message,
+    code: error.code,
+    details: error.details,
+  };
+}
+
 export function sendError(request: FastifyRequest, reply: FastifyReply, thrown: unknown): FastifyReply {
-  const { error, unexpected } = toAppError(thrown);
-  if (unexpected) request.log.error({ err: thrown }, 'unexpected error');
-  else if (error.code === 'service_unavailable') request.log.warn({ err: thrown }, 'backend unavailable');
+  const answered = toAppError(thrown);
+  const { error } = answered;
+  logAnswered(request.log, thrown, answered);
   // Also here: some errors (an undecodable path) are answered before the onRequest hooks run.
   reply.headers(SECURITY_HEADERS);
   reply.code(error.status);
@@ -97,16 +119,11 @@ export function sendError(request: FastifyRequest, reply: FastifyReply, thrown: 
     reply.header('connection', 'close');
     closeWithoutReset(request.raw.socket);
   }
-  const message = unexpected ? `${error.message} (request ${request.id})` : error.message;
+  const envelope = errorEnvelope(answered, request.id);
   if (wantsPage(request)) {
-    return reply.type('text/html; charset=utf-8').send(errorPage(error.status, message));
+    return reply.type('text/html; charset=utf-8').send(errorPage(error.status, envelope.message));
   }
-  return reply.type('application/json; charset=utf-8').send({
-    error: true,
-    message,
-    code: error.code,
-    details: error.details,
-  });
+  return reply.type('application/json; charset=utf-8').send(envelope);
 }
 
 /** How long a connection refused mid-body stays half-open for its client to read the answer. */

@@ -13,11 +13,12 @@
  * any refusal, a server shutting down) goes to Fastify, which answers it as it always does. A
  * request the lane hands over has had nothing consumed: it counts quota only when it is about to
  * answer, but for a list and a create, whose quota is counted first as the routes count it (a
- * key over its quota costs no read, and no upload) and marked as counted for Fastify. A create's
- * body, once read, cannot be handed over: a create that fails after it (a body the rules refuse,
- * the storage failing) goes to Fastify with its error (markFailedInLane), which the error
- * presenter answers as the route's would have been.
+ * key over its quota costs no read, and no upload); a list handed over after that is marked as
+ * counted for Fastify. A create's body, once read, cannot be handed over: a create that fails
+ * after it (a body the rules refuse, the storage failing) is answered here, with the error
+ * presenter's envelope and logging, as the route's would have been.
  */
+import { randomUUID } from 'node:crypto';
 import http, { type IncomingMessage, type ServerResponse } from 'node:http';
 import type { FastifyServerFactory, FastifyServerFactoryHandler, FastifyServerOptions } from 'fastify';
 import type { Logger } from 'pino';
@@ -28,6 +29,7 @@ import type { PastePresenter } from '../pastes/paste-presenter.js';
 import type { PasteService, Read } from '../pastes/paste-service.js';
 import { markQuotaCounted } from './api/authentication.js';
 import { readPagination } from './api/pagination.js';
+import { errorEnvelope, logAnswered, toAppError } from './error-presenter.js';
 import { readLimited } from './request-bodies.js';
 import { ResponseBatch } from './response-batch.js';
 import { SECURITY_HEADERS } from './security-headers.js';
@@ -70,20 +72,6 @@ const CREATE_TYPES = new Set(['application/json', 'application/json; charset=utf
  */
 export const LANE_BODY_LIMIT = LARGE_BODY_BYTES;
 const STATED_LENGTH = /^[1-9]\d{0,6}$/;
-
-/** Where the lane leaves the error of a create it read the body of and could not answer. */
-const FAILED_IN_LANE = Symbol('failed in the fast lane');
-type FailedInLane = { [FAILED_IN_LANE]?: { error: unknown } };
-
-/** The request's body was read in the lane and its create failed: Fastify answers with `error`. */
-export function markFailedInLane(req: IncomingMessage, error: unknown): void {
-  (req as IncomingMessage & FailedInLane)[FAILED_IN_LANE] = { error };
-}
-
-/** The failure of a request the lane read the body of, for Fastify to answer; undefined if none. */
-export function failedInLane(req: IncomingMessage): { error: unknown } | undefined {
-  return (req as IncomingMessage & FailedInLane)[FAILED_IN_LANE];
-}
 
 /**
  * At most one failure of the lane logged in this time: while the storage fails, every request
@@ -179,7 +167,8 @@ export class FastLane {
    * A key's JSON create: its quota counted before the body is read, as the route counts it (a
    * key over its quota costs no upload), then the body read (its length stated and at most
    * LANE_BODY_LIMIT) and the route's createFromJson. Once the body is read the request cannot be
-   * handed over as it came: a failure goes to Fastify with its error (markFailedInLane).
+   * handed over as it came: a failure is answered here (answerFailure), and the promise never
+   * rejects (a rejection would hand the request to Fastify, which would wait for its body).
    */
   private serveCreate(
     req: IncomingMessage,
@@ -187,25 +176,51 @@ export class FastLane {
     key: ApiKey,
     started: bigint,
   ): boolean | Promise<boolean> {
-    return this.whenCounted(key, (quotaHeaders) => {
-      markQuotaCounted(req, quotaHeaders);
-      return readLimited(req, LANE_BODY_LIMIT)
+    return this.whenCounted(key, (quotaHeaders) =>
+      readLimited(req, LANE_BODY_LIMIT)
         .then((body) => this.deps.createFromJson(body, key, req.socket.remoteAddress ?? ''))
-        .then((answer) => {
-          this.send(req, res, JSON_HEADERS, JSON.stringify(answer), started, quotaHeaders, 201);
-          return true;
-        })
-        .catch((err: unknown) => {
-          if (res.headersSent) {
-            // Created, and the answer failed after its head: nothing else can be said to the client.
-            this.failed(req, err);
+        .then(
+          (answer) => this.send(req, res, JSON_HEADERS, JSON.stringify(answer), started, quotaHeaders, 201),
+          (err: unknown) => {
+            // The client left in the middle of its body (or was cut off): no one to answer.
+            if (!req.complete) res.destroy();
+            else this.answerFailure(req, res, err, started, quotaHeaders);
+          },
+        )
+        .then(
+          () => true,
+          (err: unknown) => {
+            // The answer itself failed (after its head, say): nothing more can be said.
+            this.deps.logger?.error(
+              { err, req: { method: req.method, url: req.url }, lane: 'fast' },
+              'unexpected error',
+            );
             res.destroy();
             return true;
-          }
-          markFailedInLane(req, err);
-          return false;
-        });
-    });
+          },
+        ),
+    );
+  }
+
+  /**
+   * A refusal or failure of a request the lane cannot hand over, answered as the error presenter
+   * answers it (error-presenter.ts): the same envelope, status and headers, and the same log line,
+   * under a request id of its own.
+   */
+  private answerFailure(
+    req: IncomingMessage,
+    res: ServerResponse,
+    thrown: unknown,
+    started: bigint,
+    quotaHeaders: Record<string, string>,
+  ): void {
+    const answered = toAppError(thrown);
+    const requestId = randomUUID();
+    const logger = this.deps.logger;
+    if (logger) logAnswered(logger, thrown, answered, { reqId: requestId, req: { method: req.method, url: req.url } });
+    const body = JSON.stringify(errorEnvelope(answered, requestId));
+    const headers = Object.assign({}, quotaHeaders, answered.error.headers);
+    this.send(req, res, JSON_HEADERS, body, started, headers, answered.error.status);
   }
 
   /** A page of the key's pastes, its quota counted before the read as the route counts it. */

@@ -34,7 +34,7 @@ export function markQuotaCounted(req: IncomingMessage, headers: Record<string, s
 }
 
 /** The quota headers of a request the fast lane counted and then handed over, if it did. */
-export function quotaCountedByLane(req: IncomingMessage): Record<string, string> | undefined {
+function quotaCountedByLane(req: IncomingMessage): Record<string, string> | undefined {
   return (req as IncomingMessage & Marked)[COUNTED_BY_LANE];
 }
 
