@@ -20,9 +20,16 @@ import { setFlagsFromString } from 'node:v8';
 /** Old space may grow to 1.5 times what is live before the next mark-compact. */
 export const POSTGRES_HEAP_GROWING_PERCENT = 50;
 
-/** The V8 flags the server sets for the database at `databaseUrl`. */
-export function heapFlagsFor(databaseUrl: string): string[] {
-  return databaseUrl.startsWith('sqlite:') ? [] : [`--heap-growing-percent=${POSTGRES_HEAP_GROWING_PERCENT}`];
+/** A node flag that sets the factor itself (V8 takes `_` for `-` in its flags' names). */
+const SETS_GROWTH = /^--heap[-_]growing[-_]percent(=|$)/;
+
+/**
+ * The V8 flags the server sets for the database at `databaseUrl`; none when node was started
+ * with its own `--heap-growing-percent` (in `execArgv`), which stands.
+ */
+export function heapFlagsFor(databaseUrl: string, execArgv: readonly string[] = process.execArgv): string[] {
+  if (databaseUrl.startsWith('sqlite:') || execArgv.some((arg) => SETS_GROWTH.test(arg))) return [];
+  return [`--heap-growing-percent=${POSTGRES_HEAP_GROWING_PERCENT}`];
 }
 
 /** Sets heapFlagsFor(databaseUrl) in this process's V8. */

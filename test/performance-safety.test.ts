@@ -2042,7 +2042,17 @@ describe('heap growth set by the storage', () => {
     assert.deepEqual(heapFlagsFor('sqlite:./data/fastpaste.db'), []);
     assert.deepEqual(heapFlagsFor('sqlite::memory:'), []);
     for (const url of ['postgres://127.0.0.1/test', 'postgresql://u@127.0.0.1:5432/test']) {
-      assert.deepEqual(heapFlagsFor(url), [`--heap-growing-percent=${POSTGRES_HEAP_GROWING_PERCENT}`]);
+      assert.deepEqual(heapFlagsFor(url, []), [`--heap-growing-percent=${POSTGRES_HEAP_GROWING_PERCENT}`]);
+      assert.deepEqual(heapFlagsFor(url, ['--max-semi-space-size=8', '--heap-growing-percent-x=1']), [
+        `--heap-growing-percent=${POSTGRES_HEAP_GROWING_PERCENT}`,
+      ]);
+    }
+  });
+
+  it("leaves the factor alone when node was started with one of the operator's own", () => {
+    const url = 'postgres://127.0.0.1/test';
+    for (const own of ['--heap-growing-percent=80', '--heap_growing_percent=80', '--heap-growing_percent=20']) {
+      assert.deepEqual(heapFlagsFor(url, ['--max-semi-space-size=8', own]), [], own);
     }
   });
 
