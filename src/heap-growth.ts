@@ -20,8 +20,8 @@ import { setFlagsFromString } from 'node:v8';
 /** Old space may grow to 1.5 times what is live before the next mark-compact. */
 export const POSTGRES_HEAP_GROWING_PERCENT = 50;
 
-/** A node flag that sets the factor itself (V8 takes `_` for `-` in its flags' names). */
-const SETS_GROWTH = /^--heap[-_]growing[-_]percent(=|$)/;
+/** A node flag that sets the factor itself (V8 takes `_` for `-` in its names, and one dash). */
+const SETS_GROWTH = /^--?heap[-_]growing[-_]percent(=|$)/;
 
 /**
  * The V8 flags the server sets for the database at `databaseUrl`; none when node was started

@@ -855,6 +855,35 @@ describe('the fast lane', () => {
     }
   });
 
+  it('answers a create whose answer cannot be built with the 500 envelope, not a closed connection', async () => {
+    const lines: string[] = [];
+    const server = await startServer({ logger: capture(lines) });
+    const { presenter } = server.services;
+    const created = presenter.created.bind(presenter);
+    // An answer JSON cannot write (a BigInt): building it throws after the paste is stored.
+    presenter.created = (...args: Parameters<typeof created>) => ({ ...created(...args), size: 1n });
+    try {
+      const key = await server.createKey({ hourly: 100 });
+      await lookedUpAgain(server, key);
+      const res = await request(`${server.url}/api/v1/paste`, {
+        method: 'POST',
+        headers: { 'x-api-key': key },
+        json: { content: 'stored, not answered' },
+      });
+      assert.equal(res.status, 500);
+      assert.equal(res.body.code, 'internal_error');
+      const entries = lines.map((line) => JSON.parse(line));
+      assert.ok(
+        entries.some((entry) => entry.lane === 'fast' && entry.res?.statusCode === 500),
+        'the lane answered it',
+      );
+      assert.equal(entries.filter((entry) => entry.msg === 'unexpected error').length, 1);
+    } finally {
+      presenter.created = created;
+      await server.close();
+    }
+  });
+
   it('answers creates in flight in the lane when the server starts closing, a refusal in the envelope', async () => {
     const server = await startServer();
     const { services } = server;
@@ -2051,7 +2080,12 @@ describe('heap growth set by the storage', () => {
 
   it("leaves the factor alone when node was started with one of the operator's own", () => {
     const url = 'postgres://127.0.0.1/test';
-    for (const own of ['--heap-growing-percent=80', '--heap_growing_percent=80', '--heap-growing_percent=20']) {
+    for (const own of [
+      '--heap-growing-percent=80',
+      '--heap_growing_percent=80',
+      '--heap-growing_percent=20',
+      '-heap-growing-percent=80',
+    ]) {
       assert.deepEqual(heapFlagsFor(url, ['--max-semi-space-size=8', own]), [], own);
     }
   });

@@ -190,7 +190,14 @@ export class FastLane {
         .then(
           () => true,
           (err: unknown) => {
-            // The answer itself failed (after its head, say): nothing more can be said.
+            // Building or writing the answer failed. Before its head, the failure is the answer;
+            // after it (or should that fail too), nothing more can be said.
+            if (!res.headersSent) {
+              try {
+                this.answerFailure(req, res, err, started, quotaHeaders);
+                return true;
+              } catch {}
+            }
             this.deps.logger?.error(
               { err, req: { method: req.method, url: req.url }, lane: 'fast' },
               'unexpected error',
