@@ -15,7 +15,7 @@ import { answerClientError, answerUnmetExpectations } from './http/client-errors
 import { sendError } from './http/error-presenter.js';
 import { FastLane, serverWithFastLane } from './http/fast-lane.js';
 import { type NotFoundThrottle, registerNotFoundThrottle } from './http/not-found-throttle.js';
-import { type JsonBodyParser, jsonBodyParser, registerBodyParsers } from './http/request-bodies.js';
+import { type JsonBodyParser, registerBodyParsers } from './http/request-bodies.js';
 import { SECURITY_HEADERS } from './http/security-headers.js';
 import { registerUploadSlots } from './http/upload-slots.js';
 import { readPageParts, registerWebRoutes } from './http/web/web-routes.js';
@@ -77,10 +77,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     presenter: services.presenter,
   };
   const lane = new FastLane({
-    pastes: services.pastes,
-    keys: services.keys,
-    quota: services.quota,
-    presenter: services.presenter,
+    ...apiDeps,
     readPage: (read) => readPageParts(read, services.presenter),
     apiEnabled: config.apiEnabled,
     trustProxy: config.trustProxy > 0,
@@ -155,8 +152,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   });
   throttle = registerNotFoundThrottle(app, { limitPerMinute: config.notFoundLimitPerMinute, clock: services.clock });
   registerUploadSlots(app);
-  await registerBodyParsers(app);
-  parseJson = jsonBodyParser(app);
+  parseJson = await registerBodyParsers(app);
   const presenter = services.presenter;
   await registerPasteRoutes(app, apiDeps);
   await registerCliRoutes(app, {

@@ -33,11 +33,6 @@ export function markQuotaCounted(req: IncomingMessage, headers: Record<string, s
   (req as IncomingMessage & Marked)[COUNTED_BY_LANE] = headers;
 }
 
-/** The quota headers of a request the fast lane counted and then handed over, if it did. */
-function quotaCountedByLane(req: IncomingMessage): Record<string, string> | undefined {
-  return (req as IncomingMessage & Marked)[COUNTED_BY_LANE];
-}
-
 function presentedKey(request: FastifyRequest): string | undefined {
   const header = request.headers['x-api-key'];
   return Array.isArray(header) ? header[0] : header;
@@ -55,7 +50,7 @@ async function admitKey(deps: AccessDeps, request: FastifyRequest, reply: Fastif
   request.apiKey = key;
   const subject = `key:${key.id}`;
   reply.headers(
-    quotaCountedByLane(request.raw) ??
+    (request.raw as IncomingMessage & Marked)[COUNTED_BY_LANE] ??
       deps.quota.consumeNow(subject, key.limits) ??
       (await deps.quota.consume(subject, key.limits)),
   );
