@@ -5,7 +5,7 @@
  */
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { createHash } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import { statSync } from 'node:fs';
 import { request as httpRequest } from 'node:http';
 import net from 'node:net';
@@ -193,6 +193,105 @@ describe('group commit, one insert refused', () => {
       );
     } finally {
       await server.close();
+    }
+  });
+});
+
+describe('group commit on PostgreSQL, two turns in flight', () => {
+  const repositoryOf = (server: TestServer) =>
+    (server.services.pastes as unknown as { pastes: PasteRepository }).pastes;
+
+  it('a turn waiting on a row lock does not hold back the next; the waiting insert then finds its id taken', async (t) => {
+    const server = await startServer();
+    try {
+      if (server.services.storage.sqlite) {
+        t.skip('PostgreSQL only (SQLite commits in one turn of the event loop)');
+        return;
+      }
+      const repository = repositoryOf(server);
+      const paste = (id: string): Paste => plainPaste(id, `content of ${id}`, server.clock.read());
+      assert.equal(await repository.insertIfFree(paste('SEED')), true);
+      // Another session inserts id HELD and keeps its transaction open: an insert of HELD waits.
+      const other = new pg.Client({ connectionString: server.databaseUrl });
+      await other.connect();
+      try {
+        await other.query('BEGIN');
+        await other.query("CREATE TEMP TABLE held ON COMMIT DROP AS SELECT * FROM pastes WHERE id = 'SEED'");
+        await other.query("UPDATE held SET id = 'HELD'");
+        await other.query('INSERT INTO pastes SELECT * FROM held');
+        const waiting = repository.insertIfFree(paste('HELD'));
+        let settled = false;
+        void waiting.finally(() => {
+          settled = true;
+        });
+        // Until the waiting turn is seen waiting on the other session's lock.
+        const deadline = Date.now() + 5000;
+        for (;;) {
+          const [row] = await server.sql<{ n: string }>(
+            "SELECT count(*) AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()",
+          );
+          if (Number(row?.n) > 0) break;
+          assert.ok(Date.now() < deadline, 'the insert of HELD never waited on the lock');
+          await new Promise((r) => setTimeout(r, 20));
+        }
+        // Another create meanwhile is committed in the next turn, while the first still waits.
+        const timeout = new Promise<'timed out'>((r) => setTimeout(() => r('timed out'), 3000).unref());
+        assert.equal(await Promise.race([repository.insertIfFree(paste('FREE')), timeout]), true);
+        assert.equal(settled, false);
+        await other.query('COMMIT');
+        assert.equal(await waiting, false, 'HELD was taken by the other session');
+      } finally {
+        await other.query('ROLLBACK').catch(() => {});
+        await other.end();
+      }
+    } finally {
+      await server.close();
+    }
+  });
+
+  it('two instances creating the same ids in overlapping turns: every create answered, each id stored once and taken once', async (t) => {
+    const db = await freshDatabase();
+    const first = await startServer({ databaseUrl: db.url });
+    const second = await startServer({ databaseUrl: db.url });
+    try {
+      if (first.services.storage.sqlite) {
+        t.skip('PostgreSQL only');
+        return;
+      }
+      const repositories = [repositoryOf(first), repositoryOf(second)];
+      const ids = Array.from({ length: 200 }, (_, i) => `D${String(i).padStart(3, '0')}`);
+      // Waves of creates a turn of the event loop apart, each id wanted four times in all, in
+      // shuffled orders, so that turns of both instances overlap and hold the same ids (slowed
+      // by 16 KB of content each that does not compress).
+      const wanted = [...ids, ...ids, ...ids, ...ids];
+      let seed = 7;
+      const random = () => {
+        seed = (seed * 1103515245 + 12345) % 2147483648;
+        return seed / 2147483648;
+      };
+      const attempts: Array<Promise<{ id: string; inserted: boolean }>> = [];
+      while (wanted.length > 0) {
+        for (let i = 0; i < 20 && wanted.length > 0; i++) {
+          const id = wanted.splice(Math.floor(random() * wanted.length), 1)[0] as string;
+          const repository = repositories[Math.floor(random() * 2)] as PasteRepository;
+          const made = plainPaste(id, randomBytes(12 * 1024).toString('base64'), first.clock.read());
+          attempts.push(repository.insertIfFree(made).then((inserted) => ({ id, inserted })));
+        }
+        await new Promise((r) => setImmediate(r));
+      }
+      // Every create is answered (a turn that PostgreSQL's deadlock check ended would have its
+      // inserts tried again one at a time), and exactly one of an id's four was told it took it.
+      const outcomes = await Promise.all(attempts);
+      for (const id of ids) {
+        const took = outcomes.filter((o) => o.id === id && o.inserted).length;
+        assert.equal(took, 1, `${id} inserted ${took} times`);
+      }
+      const [row] = await first.sql<{ n: string }>("SELECT count(*) AS n FROM pastes WHERE id LIKE 'D%'");
+      assert.equal(Number(row?.n), ids.length);
+    } finally {
+      await second.close();
+      await first.close();
+      await db.drop();
     }
   });
 });

@@ -288,6 +288,11 @@ async function insertRow(db: Kysely<Database>, paste: Paste): Promise<boolean> {
 const GROUP_ROWS = 500;
 /** At most this much content (UTF-16 units) in one grouped commit on PostgreSQL. */
 const GROUP_BYTES = 8 * 1024 * 1024;
+/**
+ * How many turns of grouped commits run at once on PostgreSQL: while one waits for its commit
+ * (the WAL flush and the round trip), the next takes what arrived meanwhile.
+ */
+export const TURNS_IN_FLIGHT = 2;
 
 /** A paste that fills every column, for compiling the insert once. */
 const SAMPLE: Paste = {
@@ -447,22 +452,29 @@ export class PasteRepository {
       this.pending.push({ paste, also: alsoInTransaction, resolve, reject });
       if (this.groupCommit) {
         if (this.pending.length === 1) setImmediate(() => void this.commitPending());
-      } else if (!this.committing) {
-        this.committing = true;
+      } else if (this.turnsRunning < TURNS_IN_FLIGHT) {
+        this.turnsRunning++;
         setImmediate(() => void this.commitInTurns());
       }
     });
   }
 
-  /** On PostgreSQL, whether a turn of commitInTurns is running. */
-  private committing = false;
+  /** On PostgreSQL, how many loops of commitInTurns run (at most TURNS_IN_FLIGHT). */
+  private turnsRunning = 0;
 
   /**
-   * On PostgreSQL, group commit in turns: one transaction at a time takes what is pending, so the
-   * inserts of concurrent requests share one commit (one WAL flush, one round of BEGIN/COMMIT),
-   * and requests arriving meanwhile wait for the next turn. A turn holds at most GROUP_ROWS
-   * pastes and GROUP_BYTES of content (a larger paste goes alone), and one paste per id: which of
-   * two inserts of one id took it must be known, so the second waits for the next turn.
+   * On PostgreSQL, group commit in turns: a transaction takes what is pending, so the inserts of
+   * concurrent requests share one commit (one WAL flush, one round of BEGIN/COMMIT), and requests
+   * arriving meanwhile wait for the next turn. Up to TURNS_IN_FLIGHT loops of turns run at once,
+   * each on a connection of its own, so that one turn's commit does not leave the next waiting
+   * idle behind it. A turn holds at most GROUP_ROWS pastes and GROUP_BYTES of content (a larger
+   * paste goes alone), and one paste per id: which of two inserts of one id took it must be
+   * known, so the second waits for a later turn. Two turns in flight may hold the same id: the
+   * second's insert of it waits on the first's uncommitted row and then finds it taken (or free,
+   * had the first rolled back), as PostgreSQL's `ON CONFLICT DO NOTHING` does. Each turn inserts
+   * its rows in id order, so two turns (or two instances) that wait on each other's ids cannot
+   * wait in a circle: a turn waiting at id X holds only ids below X, and the turn it waits for
+   * has already passed them all.
    */
   private async commitInTurns(): Promise<void> {
     while (this.pending.length > 0) {
@@ -486,7 +498,7 @@ export class PasteRepository {
       batch.sort((a, b) => (a.paste.id < b.paste.id ? -1 : a.paste.id > b.paste.id ? 1 : 0));
       await this.commitTogether(batch);
     }
-    this.committing = false;
+    this.turnsRunning--;
   }
 
   /** One turn of commitInTurns: the batch in one transaction (one multi-row insert); never throws. */
