@@ -197,6 +197,58 @@ describe('group commit, one insert refused', () => {
   });
 });
 
+describe('group commit, the values of a group', () => {
+  it('every column of every paste of a group arrives as given: nulls, quotes, backslashes, braces, the word NULL', async () => {
+    const server = await startServer();
+    try {
+      const repository = (server.services.pastes as unknown as { pastes: PasteRepository }).pastes;
+      const now = server.clock.read();
+      const tricky = [
+        'NULL',
+        'null',
+        '',
+        '"',
+        '\\',
+        '\\"',
+        '{a,b}',
+        '{"x"}',
+        "it's",
+        'tab\there\nline',
+        'é ✓ 😀',
+        ' lead, trail ',
+      ];
+      const pastes: Paste[] = tricky.map((text, i) => ({
+        ...plainPaste(`V${String(i).padStart(2, '0')}`, `${text} content ${text}`, now + i),
+        title: i % 3 === 0 ? null : text,
+        description: i % 2 === 0 ? text : null,
+        originalFilename: i % 4 === 1 ? `${text}.txt` : null,
+        language: i % 2 === 1 ? 'python' : null,
+        expiresAt: i % 2 === 0 ? null : now + 86_400_000 * 365 * 50,
+        burnAfterRead: i % 2 === 0,
+        encrypted: i % 3 === 1,
+        downloadable: i % 4 !== 2,
+        public: i % 5 === 0,
+        passwordHash: i % 3 === 2 ? `$scrypt$${text}` : null,
+        source: i % 2 === 0 ? 'api' : 'cli',
+        creatorIp: i % 2 === 0 ? '127.0.0.1' : null,
+      }));
+      // Queued in one turn of the event loop: one group, one statement.
+      const inserted = await Promise.all(pastes.map((paste) => repository.insertIfFree(paste)));
+      assert.ok(inserted.every(Boolean));
+      // One alone too (a group of one goes its own way).
+      const alone = { ...plainPaste('V99', 'NULL', now), title: '"\\{}"' };
+      assert.equal(await repository.insertIfFree(alone), true);
+      for (const paste of [...pastes, alone]) {
+        const found = await repository.findLive(paste.id, now);
+        assert.ok(found, paste.id);
+        assert.deepEqual({ ...found, viewCount: 0 }, paste, paste.id);
+      }
+    } finally {
+      await server.close();
+    }
+  });
+});
+
 describe('group commit on PostgreSQL, two turns in flight', () => {
   const repositoryOf = (server: TestServer) =>
     (server.services.pastes as unknown as { pastes: PasteRepository }).pastes;

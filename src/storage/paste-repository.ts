@@ -7,7 +7,7 @@ import { type Kysely, type Selectable, sql } from 'kysely';
 import type pg from 'pg';
 import type { Paste } from '../pastes/paste.js';
 import type { ExpirySweeper, SweepStatements } from './expiry-sweeper.js';
-import { answeredByServer, preparedQuery } from './prepared-query.js';
+import { answeredByServer, namedStatement, preparedQuery } from './prepared-query.js';
 import type { Database, PasteTable } from './schema.js';
 
 type PasteRow = Selectable<PasteTable>;
@@ -294,6 +294,58 @@ const GROUP_BYTES = 8 * 1024 * 1024;
  */
 export const TURNS_IN_FLIGHT = 2;
 
+/**
+ * Each column of a paste's row (toRow) with the type of the array that carries it in a grouped
+ * insert on PostgreSQL (GROUP_INSERT_PG).
+ */
+const PG_COLUMN_ARRAYS: Record<keyof PasteRow, string> = {
+  id: 'text[]',
+  owner_key_id: 'text[]',
+  title: 'text[]',
+  description: 'text[]',
+  content: 'text[]',
+  content_type: 'text[]',
+  original_filename: 'text[]',
+  language: 'text[]',
+  file_size: 'int[]',
+  sha256: 'text[]',
+  created_at: 'bigint[]',
+  expires_at: 'bigint[]',
+  view_count: 'int[]',
+  burn_after_read: 'int[]',
+  encrypted: 'int[]',
+  downloadable: 'int[]',
+  is_public: 'int[]',
+  password_hash: 'text[]',
+  source: 'text[]',
+  creator_ip: 'text[]',
+};
+const PG_COLUMNS = Object.keys(PG_COLUMN_ARRAYS) as Array<keyof PasteRow>;
+
+/**
+ * A turn's pastes in one statement on PostgreSQL whatever their number: one array a column,
+ * unnested into rows in the order given (ids sorted: see commitInTurns). One text, so each
+ * connection parses and plans it once as a named statement, where Kysely's multi-row VALUES was
+ * a new text (built, compiled, parsed and planned) for every number of rows.
+ */
+const GROUP_INSERT_PG = `INSERT INTO pastes (${PG_COLUMNS.join(', ')})
+SELECT ${PG_COLUMNS.map((column) => `u.${column}`).join(', ')}
+FROM unnest(${PG_COLUMNS.map((column, i) => `$${i + 1}::${PG_COLUMN_ARRAYS[column]}`).join(', ')})
+  WITH ORDINALITY AS u(${PG_COLUMNS.join(', ')}, position)
+ORDER BY u.position
+ON CONFLICT (id) DO NOTHING
+RETURNING id`;
+
+/** The pastes' rows as GROUP_INSERT_PG's values: one array a column, in the order given. */
+function columnArrays(pastes: Paste[]): unknown[][] {
+  const arrays: unknown[][] = PG_COLUMNS.map(() => []);
+  for (const paste of pastes) {
+    const row = toRow(paste);
+    for (let i = 0; i < PG_COLUMNS.length; i++) (arrays[i] as unknown[]).push(row[PG_COLUMNS[i] as keyof PasteRow]);
+  }
+  return arrays;
+}
+
 /** A paste that fills every column, for compiling the insert once. */
 const SAMPLE: Paste = {
   id: 'sample',
@@ -326,6 +378,8 @@ export class PasteRepository {
   private readonly liveContentQuery;
   private readonly pageQuery;
   private readonly pageAfterQuery;
+  /** On PostgreSQL, GROUP_INSERT_PG as a named statement on the pool. */
+  private readonly groupInsertPg: ((values: unknown[]) => Promise<Array<{ id: string }>>) | null;
   private pending: PendingInsert[] = [];
   /** On SQLite, the insert prepared once and run on the handle directly (see commitNow). */
   private readonly insertStatement: BetterSqlite3.Statement | null = null;
@@ -381,6 +435,7 @@ export class PasteRepository {
       sqlite,
       pgPool,
     );
+    this.groupInsertPg = pgPool ? namedStatement(pgPool, GROUP_INSERT_PG) : null;
     if (sqlite) {
       // Kysely's SQL for the insert, compiled once; its parameters are the row's values in order.
       const compiled = db
@@ -508,13 +563,17 @@ export class PasteRepository {
       await this.insertAlone(only.paste, only.also).then(only.resolve, only.reject);
       return;
     }
+    const groupInsert = this.groupInsertPg;
     const insertAll = async (db: Kysely<Database>) => {
-      const rows = await db
-        .insertInto('pastes')
-        .values(batch.map((item) => toRow(item.paste)))
-        .onConflict((oc) => oc.column('id').doNothing())
-        .returning('id')
-        .execute();
+      const rows =
+        groupInsert && db === this.db
+          ? await groupInsert(columnArrays(batch.map((item) => item.paste)))
+          : await db
+              .insertInto('pastes')
+              .values(batch.map((item) => toRow(item.paste)))
+              .onConflict((oc) => oc.column('id').doNothing())
+              .returning('id')
+              .execute();
       const inserted = new Set(rows.map((row) => row.id));
       return batch.map((item) => inserted.has(item.paste.id));
     };
@@ -545,6 +604,7 @@ export class PasteRepository {
   }
 
   private async insertAlone(paste: Paste, also?: InTransaction): Promise<boolean> {
+    if (!also && this.groupInsertPg) return (await this.groupInsertPg(columnArrays([paste]))).length === 1;
     if (!also) return insertRow(this.db, paste);
     return this.db.transaction().execute(async (trx) => {
       if (!(await insertRow(trx, paste))) return false;

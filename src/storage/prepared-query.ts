@@ -86,6 +86,23 @@ async function runNamed<R>(named: Named, values: unknown[], retry = true): Promi
   }
 }
 
+/** A named statement of this text on the pool, named by its digest. */
+function namedOnPool(pool: pg.Pool, text: string): Named {
+  const base = `fp_${createHash('sha256').update(text).digest('hex').slice(0, 24)}`;
+  return { pool, base, generation: 0, name: base, text };
+}
+
+/**
+ * A statement written for PostgreSQL alone (one Kysely cannot build, or should not build on
+ * every run), run as a named statement on the pool as preparedQuery runs its own: parsed,
+ * planned and described once a connection, given a new name should it stop standing.
+ */
+export function namedStatement<R>(pool: pg.Pool, text: string): (values: unknown[]) => Promise<R[]> {
+  if (STAR.test(text)) throw new Error(`namedStatement: name the columns of a named statement: ${text}`);
+  const named = namedOnPool(pool, text);
+  return (values) => runNamed<R>(named, values);
+}
+
 export function preparedQuery<A extends Arg[], R>(
   // biome-ignore lint/suspicious/noExplicitAny: any schema
   db: Kysely<any>,
@@ -105,8 +122,7 @@ export function preparedQuery<A extends Arg[], R>(
   if (pgPool && STAR.test(compiled.sql)) {
     throw new Error(`preparedQuery: name the columns of a named statement: ${compiled.sql}`);
   }
-  const base = `fp_${createHash('sha256').update(compiled.sql).digest('hex').slice(0, 24)}`;
-  const named: Named | null = pgPool ? { pool: pgPool, base, generation: 0, name: base, text: compiled.sql } : null;
+  const named = pgPool ? namedOnPool(pgPool, compiled.sql) : null;
   const statement = sqlite?.prepare(compiled.sql);
   // Rows come from SQLite as arrays and are made into objects here: better-sqlite3 building each
   // row object natively cost a third of a 20-row list query.
