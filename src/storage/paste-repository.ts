@@ -7,6 +7,8 @@ import { type Kysely, type Selectable, sql } from 'kysely';
 import type pg from 'pg';
 import type { Paste } from '../pastes/paste.js';
 import type { ExpirySweeper, SweepStatements } from './expiry-sweeper.js';
+import { binaryTextArray } from './pg-binary-array.js';
+import { PointReadBatch } from './point-read-batch.js';
 import { answeredByServer, namedStatement, preparedQuery } from './prepared-query.js';
 import type { Database, PasteTable } from './schema.js';
 
@@ -284,7 +286,10 @@ async function insertRow(db: Kysely<Database>, paste: Paste): Promise<boolean> {
   return Number(result.numInsertedOrUpdatedRows ?? 0n) === 1;
 }
 
-/** At most this many pastes in one grouped commit on PostgreSQL (20 parameters each, of 65,535). */
+/**
+ * At most this many pastes in one grouped commit on PostgreSQL (on Kysely's multi-row insert, taken
+ * when outbox rows follow, 20 parameters each, of 65,535).
+ */
 const GROUP_ROWS = 500;
 /** At most this much content (UTF-16 units) in one grouped commit on PostgreSQL. */
 const GROUP_BYTES = 8 * 1024 * 1024;
@@ -325,8 +330,9 @@ const PG_COLUMNS = Object.keys(PG_COLUMN_ARRAYS) as Array<keyof PasteRow>;
 /**
  * A turn's pastes in one statement on PostgreSQL whatever their number: one array a column,
  * unnested into rows in the order given (ids sorted: see commitInTurns). One text, so each
- * connection parses and plans it once as a named statement, where Kysely's multi-row VALUES was
- * a new text (built, compiled, parsed and planned) for every number of rows.
+ * connection parses it once as a named statement (and plans it as PostgreSQL's plan cache does),
+ * where Kysely's multi-row VALUES was a new text (built, compiled, parsed and planned) for every
+ * number of rows. A lone insert without outbox rows takes it too.
  */
 const GROUP_INSERT_PG = `INSERT INTO pastes (${PG_COLUMNS.join(', ')})
 SELECT ${PG_COLUMNS.map((column) => `u.${column}`).join(', ')}
@@ -336,14 +342,22 @@ ORDER BY u.position
 ON CONFLICT (id) DO NOTHING
 RETURNING id`;
 
-/** The pastes' rows as GROUP_INSERT_PG's values: one array a column, in the order given. */
-function columnArrays(pastes: Paste[]): unknown[][] {
+/**
+ * The pastes' rows as GROUP_INSERT_PG's values: one array a column, in the order given; the text
+ * columns in PostgreSQL's binary format (pg-binary-array.ts: no escaping of the content), the
+ * numbers as pg's array literals.
+ */
+function columnArrays(pastes: Paste[]): unknown[] {
   const arrays: unknown[][] = PG_COLUMNS.map(() => []);
   for (const paste of pastes) {
     const row = toRow(paste);
     for (let i = 0; i < PG_COLUMNS.length; i++) (arrays[i] as unknown[]).push(row[PG_COLUMNS[i] as keyof PasteRow]);
   }
-  return arrays;
+  return arrays.map((values, i) =>
+    PG_COLUMN_ARRAYS[PG_COLUMNS[i] as keyof PasteRow] === 'text[]'
+      ? binaryTextArray(values as Array<string | null>)
+      : values,
+  );
 }
 
 /** A paste that fills every column, for compiling the insert once. */
@@ -372,12 +386,19 @@ const SAMPLE: Paste = {
 
 /** Every column of a paste, named (the hot reads run as named statements: prepared-query.ts). */
 const PASTE_COLUMNS = Object.keys(toRow(SAMPLE)) as Array<keyof PasteRow>;
+/** What /raw reads of a paste (findLiveContent). */
+const LIVE_CONTENT_COLUMNS = ['content', 'password_hash', 'burn_after_read', 'created_at'] as const;
+/** A row of findLiveContent's reads in one query on PostgreSQL: the columns, its id and expiry. */
+type LiveContentRow = Pick<PasteRow, (typeof LIVE_CONTENT_COLUMNS)[number] | 'id' | 'expires_at'>;
 
 export class PasteRepository {
   private readonly findLiveQuery;
   private readonly liveContentQuery;
   private readonly pageQuery;
   private readonly pageAfterQuery;
+  /** On PostgreSQL, findLive's and findLiveContent's reads of one turn in one query each. */
+  private readonly liveBatch: PointReadBatch<RowWithViews> | null = null;
+  private readonly liveContentBatch: PointReadBatch<LiveContentRow> | null = null;
   /** On PostgreSQL, GROUP_INSERT_PG as a named statement on the pool. */
   private readonly groupInsertPg: ((values: unknown[]) => Promise<Array<{ id: string }>>) | null;
   private pending: PendingInsert[] = [];
@@ -414,7 +435,7 @@ export class PasteRepository {
       (id: string, now: number) =>
         db
           .selectFrom('pastes')
-          .select(['content', 'password_hash', 'burn_after_read', 'created_at'])
+          .select(LIVE_CONTENT_COLUMNS)
           .where('id', '=', id)
           .where((eb) => eb.or([eb('expires_at', 'is', null), eb('expires_at', '>', now)])),
       sqlite,
@@ -436,6 +457,21 @@ export class PasteRepository {
       pgPool,
     );
     this.groupInsertPg = pgPool ? namedStatement(pgPool, GROUP_INSERT_PG) : null;
+    if (pgPool) {
+      // The same columns as the single reads above, by a list of ids; expiry is judged per caller.
+      const byIds = (columns: ReadonlyArray<keyof PasteRow>, withViews: boolean) => {
+        const select = db.selectFrom('pastes').select(columns);
+        const compiled = (withViews ? select.select(VIEWS) : select)
+          .where(sql<boolean>`id = ANY(${['ids']}::text[])`)
+          .compile();
+        if (compiled.parameters.length !== 1) throw new Error('point reads by ids: one parameter');
+        return namedStatement(pgPool, compiled.sql);
+      };
+      const live = byIds(PASTE_COLUMNS, true);
+      this.liveBatch = new PointReadBatch((ids) => live([ids]) as Promise<RowWithViews[]>);
+      const content = byIds([...LIVE_CONTENT_COLUMNS, 'id', 'expires_at'], false);
+      this.liveContentBatch = new PointReadBatch((ids) => content([ids]) as Promise<LiveContentRow[]>);
+    }
     if (sqlite) {
       // Kysely's SQL for the insert, compiled once; its parameters are the row's values in order.
       const compiled = db
@@ -556,7 +592,10 @@ export class PasteRepository {
     this.turnsRunning--;
   }
 
-  /** One turn of commitInTurns: the batch in one transaction (one multi-row insert); never throws. */
+  /**
+   * One turn of commitInTurns: the batch in one transaction (one statement, GROUP_INSERT_PG, or
+   * Kysely's multi-row insert and the outbox rows after it); never throws.
+   */
   private async commitTogether(batch: PendingInsert[]): Promise<void> {
     if (batch.length === 1) {
       const [only] = batch as [PendingInsert];
@@ -663,7 +702,7 @@ export class PasteRepository {
 
   /** The paste if it exists and has not expired at `now`. */
   async findLive(id: string, now: number): Promise<Paste | undefined> {
-    const [row] = await this.findLiveQuery(id, now);
+    const [row] = this.liveBatch ? [await this.liveBatch.read(id, now)] : await this.findLiveQuery(id, now);
     return row ? toPaste(row) : undefined;
   }
 
@@ -678,7 +717,9 @@ export class PasteRepository {
 
   /** The content of a live paste and what would forbid reading it as is. */
   async findLiveContent(id: string, now: number): Promise<LiveContent | undefined> {
-    const [row] = await this.liveContentQuery(id, now);
+    const [row] = this.liveContentBatch
+      ? [await this.liveContentBatch.read(id, now)]
+      : await this.liveContentQuery(id, now);
     return row ? toLiveContent(row) : undefined;
   }
 
