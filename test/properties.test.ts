@@ -898,7 +898,10 @@ const unknownFieldsArb = fc.dictionary(
   fc
     .string({ minLength: 1, maxLength: 12 })
     .filter((n) => !CREATE_FIELDS.has(n) && n !== '__proto__' && n !== 'constructor'),
-  fc.jsonValue({ maxDepth: 2 }),
+  // Nor inside a value: a body with a `__proto__` key anywhere (or `constructor.prototype`) is
+  // refused as invalid JSON before its fields are looked at (request-bodies.ts; such bodies are
+  // tested on their own, below); fast-check's JSON values do hold such keys at times.
+  fc.jsonValue({ maxDepth: 2 }).filter((value) => !/"(__proto__|constructor)"/.test(JSON.stringify(value) ?? '')),
   { minKeys: 1, maxKeys: 2 },
 );
 const optionalUnknown = fc.oneof(
