@@ -24,7 +24,7 @@ import { openStorage } from '../src/storage/database.js';
 import { type PgConnection, runDescribed } from '../src/storage/described-statement.js';
 import { migrateToLatest } from '../src/storage/migrations.js';
 import { PasteRepository } from '../src/storage/paste-repository.js';
-import { type IdentifiedRow, MAX_IDS, PointReadBatch } from '../src/storage/point-read-batch.js';
+import { BATCH_CONTENT_BYTES, type IdentifiedRow, MAX_IDS, PointReadBatch } from '../src/storage/point-read-batch.js';
 import { RESTART_PAGES } from '../src/storage/wal-checkpointer.js';
 import { freePort, freshDatabase, plainPaste, request, startServer, type TestServer } from './helpers.js';
 import { fastpaste, startServerProcess } from './server-process.js';
@@ -266,34 +266,49 @@ describe('point reads of one turn in one query (PostgreSQL)', () => {
         return;
       }
       const now = server.clock.read();
+      // Every fourth expires 5 s from now, B04 exactly now (not live at now, live 1 ms before);
+      // B07's content is larger than a batched query carries (read alone, whole).
       const pastes = Array.from({ length: 12 }, (_, i) => ({
-        ...plainPaste(`B${String(i).padStart(2, '0')}`, `content ${i}`, now - 1000 + i),
-        expiresAt: i % 4 === 3 ? now + 5000 : null,
+        ...plainPaste(
+          `B${String(i).padStart(2, '0')}`,
+          i === 7 ? 'large '.repeat(BATCH_CONTENT_BYTES / 5) : `content ${i}`,
+          now - 1000 + i,
+        ),
+        expiresAt: i % 4 === 3 ? now + 5000 : i === 4 ? now : null,
         passwordHash: i === 5 ? '$scrypt$x' : null,
       }));
       for (const paste of pastes) assert.equal(await repository.insertIfFree(paste), true);
       const liveBefore = batches.liveBatch.queries;
       const contentBefore = batches.liveContentBatch.queries;
-      // One turn: every paste twice (once at now, once after the expiring ones expired), and an
-      // id that is no paste; the contents of all of them at now.
+      // One turn: every paste three times (1 ms before now, at now, once the expiring ones
+      // expired), and an id that is no paste; the contents of all of them at now.
       const later = now + 6000;
-      const [atNow, atLater, missing, contents] = await Promise.all([
+      const [before, atNow, atLater, missing, contents] = await Promise.all([
+        Promise.all(pastes.map((paste) => repository.findLive(paste.id, now - 1))),
         Promise.all(pastes.map((paste) => repository.findLive(paste.id, now))),
         Promise.all(pastes.map((paste) => repository.findLive(paste.id, later))),
         repository.findLive('NOPE', now),
         Promise.all(pastes.map((paste) => repository.findLiveContent(paste.id, now))),
       ]);
-      assert.equal(batches.liveBatch.queries - liveBefore, 1, "one query for the turn's 25 reads of pastes");
+      assert.equal(batches.liveBatch.queries - liveBefore, 1, "one query for the turn's 37 reads of pastes");
       assert.equal(batches.liveContentBatch.queries - contentBefore, 1, 'one query for its 12 reads of contents');
+      const liveAt = (paste: Paste, at: number) => paste.expiresAt === null || paste.expiresAt > at;
       pastes.forEach((paste, i) => {
-        assert.deepEqual(atNow[i], paste, paste.id);
-        assert.deepEqual(atLater[i], paste.expiresAt === null ? paste : undefined, `${paste.id} at a later now`);
-        assert.deepEqual(contents[i], {
-          content: paste.content,
-          createdAt: paste.createdAt,
-          passwordProtected: paste.passwordHash !== null,
-          burnAfterRead: false,
-        });
+        assert.deepEqual(before[i], paste, `${paste.id} 1 ms before now`);
+        assert.deepEqual(atNow[i], liveAt(paste, now) ? paste : undefined, `${paste.id} at now`);
+        assert.deepEqual(atLater[i], liveAt(paste, later) ? paste : undefined, `${paste.id} at a later now`);
+        assert.deepEqual(
+          contents[i],
+          liveAt(paste, now)
+            ? {
+                content: paste.content,
+                createdAt: paste.createdAt,
+                passwordProtected: paste.passwordHash !== null,
+                burnAfterRead: false,
+              }
+            : undefined,
+          `${paste.id}'s content`,
+        );
       });
       assert.notEqual(atNow[0], atLater[0], 'each caller has an object of its own');
       assert.equal(missing, undefined);
@@ -302,29 +317,55 @@ describe('point reads of one turn in one query (PostgreSQL)', () => {
     }
   });
 
-  it('a query that fails rejects each of its callers; more ids than one query takes make more queries', async () => {
-    let fail = true;
-    const asked: string[][] = [];
-    const batch = new PointReadBatch<IdentifiedRow>(async (ids) => {
-      asked.push(ids);
-      if (fail) throw new Error('storage down');
-      return ids.filter((id) => id !== 'x3').map((id) => ({ id, expires_at: null }));
-    });
-    const failed = await Promise.allSettled([batch.read('a', 1), batch.read('b', 1), batch.read('a', 2)]);
+  it('oversize rows and a query PostgreSQL refused are read alone; a query lost rejects its callers; more ids make more queries', async () => {
+    let failure: Error | null = null;
+    const asked: Array<{ ids: string[]; now: number }> = [];
+    const alone: string[] = [];
+    const batch = new PointReadBatch<IdentifiedRow & { content: string | null }>(
+      async (ids, now) => {
+        asked.push({ ids, now });
+        if (failure) throw failure;
+        return ids
+          .filter((id) => id !== 'x3')
+          .map((id) => ({ id, expires_at: null, oversize: id === 'big', content: id === 'big' ? null : id }));
+      },
+      async (id) => {
+        alone.push(id);
+        return { id, expires_at: null, content: `${id} alone` };
+      },
+    );
+    // A connection lost (no SQLSTATE): every caller hears it; the earliest now goes in the query.
+    failure = new Error('connection lost');
+    const lost = await Promise.allSettled([batch.read('a', 5), batch.read('b', 3), batch.read('a', 4)]);
     assert.deepEqual(
-      failed.map((outcome) => outcome.status),
+      lost.map((outcome) => outcome.status),
       ['rejected', 'rejected', 'rejected'],
     );
-    assert.deepEqual(asked, [['a', 'b']]);
-    fail = false;
+    assert.deepEqual(asked, [{ ids: ['a', 'b'], now: 3 }]);
+    assert.deepEqual(alone, []);
+    // Refused by PostgreSQL (a bad id, say): each read alone.
+    failure = Object.assign(new Error('invalid byte sequence'), { code: '22021' });
+    assert.deepEqual(await Promise.all([batch.read('c', 1), batch.read('d', 1)]), [
+      { id: 'c', expires_at: null, content: 'c alone' },
+      { id: 'd', expires_at: null, content: 'd alone' },
+    ]);
+    assert.deepEqual(alone, ['c', 'd']);
+    failure = null;
+    alone.length = 0;
+    const [big, small] = await Promise.all([batch.read('big', 1), batch.read('small', 1)]);
+    assert.deepEqual(big, { id: 'big', expires_at: null, content: 'big alone' });
+    assert.deepEqual(small, { id: 'small', expires_at: null, oversize: false, content: 'small' });
+    assert.deepEqual(alone, ['big']);
+    asked.length = 0;
     const ids = Array.from({ length: MAX_IDS * 2 + 5 }, (_, i) => `x${i}`);
     const rows = await Promise.all(ids.map((id) => batch.read(id, 1)));
     assert.deepEqual(
-      asked.slice(1).map((part) => part.length),
+      asked.map((query) => query.ids.length),
       [MAX_IDS, MAX_IDS, 5],
     );
-    for (const [i, row] of rows.entries())
-      assert.deepEqual(row, i === 3 ? undefined : { id: `x${i}`, expires_at: null });
+    for (const [i, row] of rows.entries()) {
+      assert.deepEqual(row, i === 3 ? undefined : { id: `x${i}`, expires_at: null, oversize: false, content: `x${i}` });
+    }
   });
 });
 
@@ -397,7 +438,8 @@ describe('group commit on PostgreSQL, two turns in flight', () => {
         return;
       }
       // PostgreSQL's count of deadlocks it broke in this database (a backend's counts reach it
-      // at the latest when the backend ends: read again once both servers have closed).
+      // at the latest when the backend ends: read again once both servers have closed). It counts
+      // the whole database, every test schema in it: the suite runs one test at a time.
       const deadlocks = async () => {
         const client = new pg.Client({ connectionString: db.url });
         await client.connect();

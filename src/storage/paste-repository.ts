@@ -8,7 +8,7 @@ import type pg from 'pg';
 import type { Paste } from '../pastes/paste.js';
 import type { ExpirySweeper, SweepStatements } from './expiry-sweeper.js';
 import { binaryTextArray } from './pg-binary-array.js';
-import { PointReadBatch } from './point-read-batch.js';
+import { BATCH_CONTENT_BYTES, PointReadBatch } from './point-read-batch.js';
 import { answeredByServer, namedStatement, preparedQuery } from './prepared-query.js';
 import type { Database, PasteTable } from './schema.js';
 
@@ -458,19 +458,41 @@ export class PasteRepository {
     );
     this.groupInsertPg = pgPool ? namedStatement(pgPool, GROUP_INSERT_PG) : null;
     if (pgPool) {
-      // The same columns as the single reads above, by a list of ids; expiry is judged per caller.
+      // The same columns as the single reads above, by a list of ids live at the earliest now of
+      // the batch (each caller's own is judged by the batch), the content only up to
+      // BATCH_CONTENT_BYTES (octet_length reads a stored value's size without decompressing it).
       const byIds = (columns: ReadonlyArray<keyof PasteRow>, withViews: boolean) => {
-        const select = db.selectFrom('pastes').select(columns);
+        const ids = ['ids'];
+        const now = -7_000_000_000_001;
+        const select = db
+          .selectFrom('pastes')
+          .select(columns.filter((column) => column !== 'content'))
+          .select(
+            sql<string>`CASE WHEN octet_length(content) <= ${sql.lit(BATCH_CONTENT_BYTES)} THEN content END`.as(
+              'content',
+            ),
+          )
+          .select(sql<boolean>`octet_length(content) > ${sql.lit(BATCH_CONTENT_BYTES)}`.as('oversize'));
         const compiled = (withViews ? select.select(VIEWS) : select)
-          .where(sql<boolean>`id = ANY(${['ids']}::text[])`)
+          .where(sql<boolean>`id = ANY(${ids}::text[])`)
+          .where((eb) => eb.or([eb('expires_at', 'is', null), eb('expires_at', '>', now)]))
           .compile();
-        if (compiled.parameters.length !== 1) throw new Error('point reads by ids: one parameter');
-        return namedStatement(pgPool, compiled.sql);
+        if (compiled.parameters.length !== 2 || compiled.parameters[0] !== ids || compiled.parameters[1] !== now) {
+          throw new Error('point reads by ids: the ids, then now');
+        }
+        const statement = namedStatement(pgPool, compiled.sql);
+        return (part: string[], earliest: number) => statement([part, earliest]);
       };
       const live = byIds(PASTE_COLUMNS, true);
-      this.liveBatch = new PointReadBatch((ids) => live([ids]) as Promise<RowWithViews[]>);
+      this.liveBatch = new PointReadBatch(
+        (part, earliest) => live(part, earliest) as Promise<RowWithViews[]>,
+        (id, now) => this.findLiveQuery(id, now).then(([row]) => row),
+      );
       const content = byIds([...LIVE_CONTENT_COLUMNS, 'id', 'expires_at'], false);
-      this.liveContentBatch = new PointReadBatch((ids) => content([ids]) as Promise<LiveContentRow[]>);
+      this.liveContentBatch = new PointReadBatch(
+        (part, earliest) => content(part, earliest) as Promise<LiveContentRow[]>,
+        (id, now) => this.liveContentQuery(id, now).then(([row]) => row as LiveContentRow | undefined),
+      );
     }
     if (sqlite) {
       // Kysely's SQL for the insert, compiled once; its parameters are the row's values in order.

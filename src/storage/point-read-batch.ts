@@ -7,14 +7,23 @@
  * here.
  *
  * The reads asked for before the turn's check phase (setImmediate) share a query: the requests a
- * turn's poll phase parsed, typically. Each caller gets the row of its id when the row is live at
- * the `now` it asked with (`expires_at` null or after it), as the single read's SQL decides, or
- * undefined; the same id asked for twice is read once. A query that fails rejects each of its
- * callers with its error. At most MAX_IDS ids go in one query; more make more queries.
+ * turn's poll phase parsed, typically. The query takes the rows live at the earliest `now` asked
+ * with, and each caller gets its row when the row is live at its own `now` (`expires_at` null or
+ * after it), as the single read's SQL decides, or undefined; the same id asked for twice is read
+ * once. So that a small read never waits for its neighbours' large ones, the query carries a
+ * paste's content only up to BATCH_CONTENT_BYTES: a larger one comes back `oversize`, and its
+ * callers read it alone (the single read), as do the callers of a query PostgreSQL refused (a
+ * SQLSTATE: one bad id fails only its own read). A query that fails otherwise (a connection
+ * lost, a time-out) rejects each of its callers with its error. At most MAX_IDS ids go in one
+ * query; more make more queries.
  */
+import { answeredByServer } from './prepared-query.js';
+
+/** The largest content (bytes) a batched query carries; larger pastes are read alone. */
+export const BATCH_CONTENT_BYTES = 64 * 1024;
 
 /** The ids of one query at most. */
-export const MAX_IDS = 200;
+export const MAX_IDS = 100;
 
 interface Waiter<R> {
   now: number;
@@ -22,10 +31,14 @@ interface Waiter<R> {
   reject(err: unknown): void;
 }
 
-/** A row as the batch needs it: its id, to hand it to its callers, and its expiry, to judge it. */
+/**
+ * A row as the batch needs it: its id, to hand it to its callers, its expiry, to judge it, and
+ * whether its content was left out (larger than BATCH_CONTENT_BYTES).
+ */
 export interface IdentifiedRow {
   id: string;
   expires_at: number | null;
+  oversize?: boolean | null;
 }
 
 export class PointReadBatch<R extends IdentifiedRow> {
@@ -35,8 +48,14 @@ export class PointReadBatch<R extends IdentifiedRow> {
   /** Queries sent so far (tests). */
   queries = 0;
 
-  /** run: the rows of the ids given (those that exist, in any order; expired ones too). */
-  constructor(private readonly run: (ids: string[]) => Promise<R[]>) {}
+  /**
+   * run: the rows of the ids given live at `now` (those that exist, in any order, oversize ones
+   * without their content); alone: the single read of one id at a caller's now.
+   */
+  constructor(
+    private readonly run: (ids: string[], now: number) => Promise<R[]>,
+    private readonly alone: (id: string, now: number) => Promise<R | undefined>,
+  ) {}
 
   /** The row of `id` if it is live at `now`, read in the next query of the batch. */
   read(id: string, now: number): Promise<R | undefined> {
@@ -59,10 +78,13 @@ export class PointReadBatch<R extends IdentifiedRow> {
     const ids = [...waiting.keys()];
     for (let start = 0; start < ids.length; start += MAX_IDS) {
       const part = ids.slice(start, start + MAX_IDS);
+      let earliest = Number.POSITIVE_INFINITY;
+      for (const id of part)
+        for (const waiter of waiting.get(id) as Array<Waiter<R>>) earliest = Math.min(earliest, waiter.now);
       this.queries++;
       let sent: Promise<R[]>;
       try {
-        sent = this.run(part);
+        sent = this.run(part, earliest);
       } catch (err) {
         sent = Promise.reject(err);
       }
@@ -73,14 +95,25 @@ export class PointReadBatch<R extends IdentifiedRow> {
           for (const id of part) {
             const row = byId.get(id);
             for (const waiter of waiting.get(id) as Array<Waiter<R>>) {
-              waiter.resolve(row && (row.expires_at === null || row.expires_at > waiter.now) ? row : undefined);
+              if (!row || (row.expires_at !== null && row.expires_at <= waiter.now)) waiter.resolve(undefined);
+              else if (row.oversize) this.readAlone(id, waiter);
+              else waiter.resolve(row);
             }
           }
         },
         (err: unknown) => {
-          for (const id of part) for (const waiter of waiting.get(id) as Array<Waiter<R>>) waiter.reject(err);
+          for (const id of part) {
+            for (const waiter of waiting.get(id) as Array<Waiter<R>>) {
+              if (answeredByServer(err)) this.readAlone(id, waiter);
+              else waiter.reject(err);
+            }
+          }
         },
       );
     }
+  }
+
+  private readAlone(id: string, waiter: Waiter<R>): void {
+    this.alone(id, waiter.now).then(waiter.resolve, waiter.reject);
   }
 }
