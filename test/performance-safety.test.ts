@@ -369,6 +369,58 @@ describe('point reads of one turn in one query (PostgreSQL)', () => {
   });
 });
 
+describe('list pages of one turn in one query (PostgreSQL)', () => {
+  it('the same page asked for in one turn is read once, each caller with items of its own; a page asked for after the query went out is read again', async (t) => {
+    const server = await startServer();
+    try {
+      const repository = (server.services.pastes as unknown as { pastes: PasteRepository }).pastes;
+      if (server.services.storage.sqlite) {
+        t.skip('PostgreSQL only (SQLite reads pages at once)');
+        return;
+      }
+      const { apiKey } = await server.services.keys.create({ name: 'lister' });
+      const now = server.clock.read();
+      for (let i = 0; i < 30; i++) {
+        assert.equal(
+          await repository.insertIfFree(plainPaste(`L${i}`, `listed ${i}`, now - 1000 + i, apiKey.id)),
+          true,
+        );
+      }
+      const before = repository.pageQueries;
+      const [first, second, other, third] = await Promise.all([
+        repository.pageOwned(apiKey.id, now, 20, 0),
+        repository.pageOwned(apiKey.id, now, 20, 0),
+        repository.pageOwned(apiKey.id, now, 20, 20),
+        repository.pageOwned(apiKey.id, now, 20, 0),
+      ]);
+      assert.equal(repository.pageQueries - before, 2, 'two pages asked for, two queries');
+      assert.deepEqual(
+        first.map((item) => item.id),
+        Array.from({ length: 20 }, (_, i) => `L${29 - i}`),
+      );
+      assert.deepEqual(second, first);
+      assert.deepEqual(third, first);
+      assert.notEqual(second[0], first[0], 'items of its own');
+      assert.deepEqual(
+        other.map((item) => item.id),
+        Array.from({ length: 10 }, (_, i) => `L${9 - i}`),
+      );
+      // A page asked for once the same page's query is out is read again (what was committed
+      // before it came would not all be in the query out).
+      const sent = repository.pageOwned(apiKey.id, now, 20, 0);
+      await new Promise((r) => setImmediate(r));
+      const again = repository.pageOwned(apiKey.id, now, 20, 0);
+      assert.deepEqual(await again, await sent);
+      assert.equal(repository.pageQueries - before, 4, 'the query out was not joined');
+      // And a paste made since is on it.
+      assert.equal(await repository.insertIfFree(plainPaste('L30', 'listed 30', now, apiKey.id)), true);
+      assert.equal((await repository.pageOwned(apiKey.id, now, 20, 0))[0]?.id, 'L30');
+    } finally {
+      await server.close();
+    }
+  });
+});
+
 describe('group commit on PostgreSQL, two turns in flight', () => {
   const repositoryOf = (server: TestServer) =>
     (server.services.pastes as unknown as { pastes: PasteRepository }).pastes;

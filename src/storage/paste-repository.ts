@@ -457,6 +457,7 @@ export class PasteRepository {
       pgPool,
     );
     this.groupInsertPg = pgPool ? namedStatement(pgPool, GROUP_INSERT_PG) : null;
+    this.pagesThisTurn = pgPool ? new Map() : null;
     if (pgPool) {
       // The same columns as the single reads above, by a list of ids live at the earliest now of
       // the batch (each caller's own is judged by the batch), the content only up to
@@ -840,11 +841,36 @@ export class PasteRepository {
     offset: number,
     after: ListPosition | null = null,
   ): Promise<OwnedListItem[]> {
-    const rows = after
-      ? await this.pageAfterQuery(ownerKeyId, now, after.createdAt, after.id, limit, offset)
-      : await this.pageQuery(ownerKeyId, now, limit, offset);
-    return rows.map(toListItem);
+    const read = () =>
+      after
+        ? this.pageAfterQuery(ownerKeyId, now, after.createdAt, after.id, limit, offset)
+        : this.pageQuery(ownerKeyId, now, limit, offset);
+    if (!this.pagesThisTurn) return (await read()).map(toListItem);
+    const key = `${ownerKeyId}\n${now}\n${limit}\n${offset}\n${after ? `${after.createdAt}\n${after.id}` : ''}`;
+    let rows = this.pagesThisTurn.get(key);
+    if (!rows) {
+      const pages = this.pagesThisTurn;
+      rows = new Promise<void>((resolve) => setImmediate(resolve)).then(() => {
+        pages.delete(key);
+        this.pageQueries++;
+        return read();
+      });
+      pages.set(key, rows);
+    }
+    // Items of the caller's own: the service adds views to them.
+    return (await rows).map(toListItem);
   }
+
+  /**
+   * On PostgreSQL, the page reads asked for in this turn of the event loop and not yet sent, by
+   * their arguments: the same page asked for again in the turn (clients of one key polling its
+   * list) shares the one query, sent in the turn's check phase, after every request that shares
+   * it arrived, so each sees what was committed before it came (a query already sent is never
+   * joined). Null on SQLite, where pages are read at once (and kept: owner-listing.ts).
+   */
+  private readonly pagesThisTurn: Map<string, Promise<Awaited<ReturnType<PasteRepository['pageQuery']>>>> | null;
+  /** Page queries sent through pagesThisTurn (tests). */
+  pageQueries = 0;
 
   /**
    * The page query, with or without a starting position (compiled once each, above): one range
