@@ -489,10 +489,24 @@ export class PasteRepository {
         (part, earliest) => live(part, earliest) as Promise<RowWithViews[]>,
         (id, now) => this.findLiveQuery(id, now).then(([row]) => row),
       );
-      const content = byIds([...LIVE_CONTENT_COLUMNS, 'id', 'expires_at'], false);
+      const contentColumns = [...LIVE_CONTENT_COLUMNS, 'id', 'expires_at'] as const;
+      const content = byIds(contentColumns, false);
+      // The single read of a content, with the id and expiry the batch judges its callers by.
+      const contentAlone = preparedQuery(
+        db,
+        ['string', 'number'],
+        (id: string, now: number) =>
+          db
+            .selectFrom('pastes')
+            .select(contentColumns)
+            .where('id', '=', id)
+            .where((eb) => eb.or([eb('expires_at', 'is', null), eb('expires_at', '>', now)])),
+        null,
+        pgPool,
+      );
       this.liveContentBatch = new PointReadBatch(
         (part, earliest) => content(part, earliest) as Promise<LiveContentRow[]>,
-        (id, now) => this.liveContentQuery(id, now).then(([row]) => row as LiveContentRow | undefined),
+        (id, now) => contentAlone(id, now).then(([row]) => row),
       );
     }
     if (sqlite) {

@@ -11,10 +11,11 @@
  * with, and each caller gets its row when the row is live at its own `now` (`expires_at` null or
  * after it), as the single read's SQL decides, or undefined; the same id asked for twice is read
  * once. So that a small read never waits for its neighbours' large ones, the query carries a
- * paste's content only up to BATCH_CONTENT_BYTES: a larger one comes back `oversize`, and its
- * callers read it alone (the single read), as do the callers of a query PostgreSQL refused (a
- * SQLSTATE: one bad id fails only its own read). A query that fails otherwise (a connection
- * lost, a time-out) rejects each of its callers with its error. At most MAX_IDS ids go in one
+ * paste's content only up to BATCH_CONTENT_BYTES: a larger one comes back `oversize`, and is read
+ * alone (the single read, once for all its callers, at the earliest of their nows; each judged at
+ * its own), as is each id of a query PostgreSQL refused for a value (class 22: one bad id fails
+ * only its own read). A query that fails otherwise (the server overloaded, a connection lost, a
+ * time-out) rejects each of its callers with its error. At most MAX_IDS ids go in one
  * query; more make more queries.
  */
 import { answeredByServer } from './prepared-query.js';
@@ -45,8 +46,9 @@ export class PointReadBatch<R extends IdentifiedRow> {
   /** The callers waiting for the next query, by id. */
   private waiting = new Map<string, Array<Waiter<R>>>();
   private scheduled = false;
-  /** Queries sent so far (tests). */
+  /** Queries sent so far, and reads of one id alone (tests). */
   queries = 0;
+  aloneReads = 0;
 
   /**
    * run: the rows of the ids given live at `now` (those that exist, in any order, oversize ones
@@ -94,26 +96,42 @@ export class PointReadBatch<R extends IdentifiedRow> {
           for (const row of rows) byId.set(row.id, row);
           for (const id of part) {
             const row = byId.get(id);
-            for (const waiter of waiting.get(id) as Array<Waiter<R>>) {
-              if (!row || (row.expires_at !== null && row.expires_at <= waiter.now)) waiter.resolve(undefined);
-              else if (row.oversize) this.readAlone(id, waiter);
-              else waiter.resolve(row);
-            }
+            const waiters = waiting.get(id) as Array<Waiter<R>>;
+            if (row?.oversize) this.readAlone(id, waiters);
+            else settle(waiters, row);
           }
         },
         (err: unknown) => {
+          // A value PostgreSQL refused (a bad id: class 22, data exception) fails only its own
+          // read; anything else (the server overloaded, a connection lost) fails them all.
+          const refusedValue = answeredByServer(err) && String((err as { code: string }).code).startsWith('22');
           for (const id of part) {
-            for (const waiter of waiting.get(id) as Array<Waiter<R>>) {
-              if (answeredByServer(err)) this.readAlone(id, waiter);
-              else waiter.reject(err);
-            }
+            const waiters = waiting.get(id) as Array<Waiter<R>>;
+            if (refusedValue) this.readAlone(id, waiters);
+            else for (const waiter of waiters) waiter.reject(err);
           }
         },
       );
     }
   }
 
-  private readAlone(id: string, waiter: Waiter<R>): void {
-    this.alone(id, waiter.now).then(waiter.resolve, waiter.reject);
+  /** Reads `id` alone, once for all its callers, at the earliest of their nows. */
+  private readAlone(id: string, waiters: Array<Waiter<R>>): void {
+    this.aloneReads++;
+    let earliest = Number.POSITIVE_INFINITY;
+    for (const waiter of waiters) earliest = Math.min(earliest, waiter.now);
+    this.alone(id, earliest).then(
+      (row) => settle(waiters, row),
+      (err: unknown) => {
+        for (const waiter of waiters) waiter.reject(err);
+      },
+    );
+  }
+}
+
+/** Each caller gets the row if it is live at the caller's own now, or undefined. */
+function settle<R extends IdentifiedRow>(waiters: Array<Waiter<R>>, row: R | undefined): void {
+  for (const waiter of waiters) {
+    waiter.resolve(row && (row.expires_at === null || row.expires_at > waiter.now) ? row : undefined);
   }
 }
