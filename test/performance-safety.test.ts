@@ -42,6 +42,10 @@ async function lookedUpAgain(server: TestServer, key: string): Promise<void> {
 
 const sha256 = (text: string) => createHash('sha256').update(text).digest('hex');
 
+/** The server's paste repository (behind its PasteService). */
+const repositoryOf = (server: TestServer): PasteRepository =>
+  (server.services.pastes as unknown as { pastes: PasteRepository }).pastes;
+
 /**
  * Counts the calls of an async method of `target` and, once `failNext()` is called, makes its
  * next call reject with `message`; `restore()` puts the method back.
@@ -175,7 +179,7 @@ describe('group commit, one insert refused', () => {
   it('an insert of a group that the database refuses fails alone; the others are committed', async () => {
     const server = await startServer();
     try {
-      const repository = (server.services.pastes as unknown as { pastes: PasteRepository }).pastes;
+      const repository = repositoryOf(server);
       const paste = (id: string, ownerKeyId: string | null): Paste =>
         plainPaste(id, `content of ${id}`, server.clock.read(), ownerKeyId);
       // Queued in one turn of the event loop, so committed as one group; the owner of G04 is no
@@ -202,7 +206,7 @@ describe('group commit, the values of a group', () => {
   it('every column of every paste of a group arrives as given: nulls, quotes, backslashes, braces, the word NULL', async () => {
     const server = await startServer();
     try {
-      const repository = (server.services.pastes as unknown as { pastes: PasteRepository }).pastes;
+      const repository = repositoryOf(server);
       const now = server.clock.read();
       const tricky = [
         'NULL',
@@ -256,7 +260,7 @@ describe('point reads of one turn in one query (PostgreSQL)', () => {
   it('reads asked for in one turn share a query; each caller gets its own row, live at its own now', async (t) => {
     const server = await startServer();
     try {
-      const repository = (server.services.pastes as unknown as { pastes: PasteRepository }).pastes;
+      const repository = repositoryOf(server);
       const batches = repository as unknown as {
         liveBatch: PointReadBatch<IdentifiedRow> | null;
         liveContentBatch: PointReadBatch<IdentifiedRow> | null;
@@ -393,7 +397,7 @@ describe('list pages of one turn in one query (PostgreSQL)', () => {
   it('the same page asked for in one turn is read once, each caller with items of its own; a page asked for after the query went out is read again', async (t) => {
     const server = await startServer();
     try {
-      const repository = (server.services.pastes as unknown as { pastes: PasteRepository }).pastes;
+      const repository = repositoryOf(server);
       if (server.services.storage.sqlite) {
         t.skip('PostgreSQL only (SQLite reads pages at once)');
         return;
@@ -455,9 +459,6 @@ describe('list pages of one turn in one query (PostgreSQL)', () => {
 });
 
 describe('group commit on PostgreSQL, two turns in flight', () => {
-  const repositoryOf = (server: TestServer) =>
-    (server.services.pastes as unknown as { pastes: PasteRepository }).pastes;
-
   it('a turn waiting on a row lock does not hold back the next; the waiting insert then finds its id taken', async (t) => {
     const server = await startServer();
     try {
@@ -737,7 +738,7 @@ async function ownerWithPastes(server: TestServer, prefix: string, count: number
       createdAt: t0 - i,
     })),
   );
-  const repository = (server.services.pastes as unknown as { pastes: PasteRepository }).pastes;
+  const repository = repositoryOf(server);
   return { ownerId, t0, repository };
 }
 
@@ -1699,7 +1700,7 @@ async function expiredPastesWithTimedSweep(
       content,
     })),
   );
-  const repository = (server.services.pastes as unknown as { pastes: PasteRepository }).pastes;
+  const repository = repositoryOf(server);
   // (On SQLite a batch runs synchronously on the handle, elsewhere through Kysely: both timed.)
   const deleteExpired = repository.deleteExpired.bind(repository);
   const deleteExpiredNow = repository.deleteExpiredNow.bind(repository);
@@ -2162,7 +2163,7 @@ describe('view counts kept apart from the pastes', () => {
       const views = server.services.pastes.views;
       const ownerId = (await server.services.keys.find(key))?.id as string;
       // Count the page reads that reach the database, to see that pages are kept.
-      const repository = (server.services.pastes as unknown as { pastes: PasteRepository }).pastes;
+      const repository = repositoryOf(server);
       const pageOwned = repository.pageOwned.bind(repository);
       let queries = 0;
       repository.pageOwned = (...args) => {
@@ -2218,7 +2219,7 @@ describe('view counts kept apart from the pastes', () => {
       const views = server.services.pastes.views;
       // Each read's query is answered from a snapshot without the pending counts, then a flush
       // writes them (and they leave memory) before the read goes on: what a slow answer meets.
-      const repository = (server.services.pastes as unknown as { pastes: PasteRepository }).pastes;
+      const repository = repositoryOf(server);
       const findLive = repository.findLive.bind(repository);
       const pageOwned = repository.pageOwned.bind(repository);
       repository.findLive = async (...args) => {

@@ -639,17 +639,15 @@ export class PasteRepository {
       await this.insertAlone(only.paste, only.also).then(only.resolve, only.reject);
       return;
     }
-    const groupInsert = this.groupInsertPg;
-    const insertAll = async (db: Kysely<Database>) => {
-      const rows =
-        groupInsert && db === this.db
-          ? await groupInsert(columnArrays(batch.map((item) => item.paste)))
-          : await db
-              .insertInto('pastes')
-              .values(batch.map((item) => toRow(item.paste)))
-              .onConflict((oc) => oc.column('id').doNothing())
-              .returning('id')
-              .execute();
+    // Kysely's multi-row insert, for a batch whose outbox rows follow in its transaction.
+    const insertAll = (db: Kysely<Database>) =>
+      db
+        .insertInto('pastes')
+        .values(batch.map((item) => toRow(item.paste)))
+        .onConflict((oc) => oc.column('id').doNothing())
+        .returning('id')
+        .execute();
+    const tookTheirIds = (rows: Array<{ id: string }>) => {
       const inserted = new Set(rows.map((row) => row.id));
       return batch.map((item) => inserted.has(item.paste.id));
     };
@@ -659,11 +657,15 @@ export class PasteRepository {
       // rows must be written with it.
       results = batch.some((item) => item.also)
         ? await this.db.transaction().execute(async (trx) => {
-            const flags = await insertAll(trx);
+            const flags = tookTheirIds(await insertAll(trx));
             for (const [i, item] of batch.entries()) if (flags[i] && item.also) await item.also(trx);
             return flags;
           })
-        : await insertAll(this.db);
+        : tookTheirIds(
+            await (this.groupInsertPg
+              ? this.groupInsertPg(columnArrays(batch.map((item) => item.paste)))
+              : insertAll(this.db)),
+          );
     } catch (err) {
       // A connection lost or a client-side timeout: the batch may have been committed, and an
       // insert tried again would find its own row and take another id. Each caller hears the error.
