@@ -30,6 +30,11 @@ export interface AppDeps {
 
 const METHODS: HTTPMethod[] = ['GET', 'HEAD', 'POST', 'PUT', 'DELETE', 'PATCH', 'OPTIONS'];
 
+/** The answer to a request that arrives once the server has begun to close. */
+const SHUTTING_DOWN = new AppError('shutting_down', 'The server is shutting down; send the request again.', {
+  headers: { 'retry-after': '1' },
+});
+
 /** The server's logger: secrets in headers never reach a log line (no body is ever logged). */
 export function createLogger(level: string): Logger {
   return pino({
@@ -111,7 +116,8 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     },
     connectionTimeout: 0,
     keepAliveTimeout: 10_000,
-    return503OnClosing: true,
+    // Fastify's own 503 while closing is not the envelope: the onRequest hook below answers it.
+    return503OnClosing: false,
     routerOptions: { maxParamLength: 200, ignoreTrailingSlash: false },
     // A path the router cannot even decode (bad percent-encoding, a parameter past the length
     // limit) names no paste: 404 in the envelope like any other unknown address.
@@ -133,6 +139,12 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   // A callback hook, not an async one: every request passes here, and a promise a request adds up.
   app.addHook('onRequest', (request, reply, done) => {
     reply.headers(SECURITY_HEADERS);
+    if (lane.closing) {
+      // Pipelined behind a request in flight, or sent on a kept-alive connection after the close
+      // began: refused in the envelope, and the connection closed after it (onSend).
+      done(SHUTTING_DOWN);
+      return;
+    }
     if (!config.apiEnabled && isApiRequest(request)) {
       done(new AppError('api_disabled', 'The API is turned off on this server.'));
       return;
@@ -145,6 +157,12 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     done();
   });
 
+  // While the server closes, every answer closes its connection: a client (or a proxy's pool)
+  // sends nothing more on it, and the close does not wait for kept-alive connections to time out.
+  app.addHook('onSend', (_request, reply, payload, done) => {
+    if (lane.closing) reply.header('connection', 'close');
+    done(null, payload);
+  });
   answerUnmetExpectations(app.server);
   app.addHook('preClose', (done) => {
     lane.closing = true;

@@ -28,6 +28,7 @@ export const ERROR_STATUS = {
   internal_error: 500,
   api_disabled: 503,
   service_unavailable: 503,
+  shutting_down: 503,
 } as const;
 
 export type ErrorCode = keyof typeof ERROR_STATUS;

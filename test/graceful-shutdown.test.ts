@@ -11,9 +11,9 @@
 import assert from 'node:assert/strict';
 import { createHash, randomBytes } from 'node:crypto';
 import http from 'node:http';
-import type { AddressInfo, Socket } from 'node:net';
+import net, { type AddressInfo, type Socket } from 'node:net';
 import { describe, it } from 'node:test';
-import { freshDatabase, queryDatabase } from './helpers.js';
+import { createPaste, expectError, freshDatabase, queryDatabase, sqlText, startServer } from './helpers.js';
 import { fastpaste, startServerProcess } from './server-process.js';
 
 const sha256 = (data: string | Buffer) => createHash('sha256').update(data).digest('hex');
@@ -289,6 +289,132 @@ describe('graceful shutdown', () => {
       await server?.stop('SIGKILL');
       await receiver.close();
       await db.drop();
+    }
+  });
+});
+
+interface RawAnswer {
+  status: number;
+  headers: Record<string, string>;
+  body: string;
+}
+
+/** The complete HTTP/1.1 answers in `text` (each with a content-length), in order. */
+function rawAnswers(text: string): RawAnswer[] {
+  const answers: RawAnswer[] = [];
+  let rest = text;
+  for (;;) {
+    const headEnd = rest.indexOf('\r\n\r\n');
+    if (headEnd < 0) return answers;
+    const [statusLine, ...lines] = rest.slice(0, headEnd).split('\r\n');
+    const headers: Record<string, string> = {};
+    for (const line of lines) {
+      const colon = line.indexOf(':');
+      headers[line.slice(0, colon).toLowerCase()] = line.slice(colon + 1).trim();
+    }
+    const status = Number((statusLine as string).split(' ')[1]);
+    const length = Number(headers['content-length'] ?? 0);
+    if (rest.length < headEnd + 4 + length) return answers;
+    const body = rest.slice(headEnd + 4, headEnd + 4 + length);
+    rest = rest.slice(headEnd + 4 + length);
+    // An interim 100 Continue is not an answer.
+    if (status !== 100) answers.push({ status, headers, body });
+  }
+}
+
+/** A raw connection to the server and what it has received so far. */
+function rawConnection(port: number): { socket: Socket; received(): string; closed: Promise<void> } {
+  const socket = net.connect(port, '127.0.0.1');
+  let text = '';
+  socket.setEncoding('latin1');
+  socket.on('data', (d: string) => {
+    text += d;
+  });
+  socket.on('error', () => {}); // a reset shows as the connection closing
+  const closed = new Promise<void>((resolve) => socket.once('close', () => resolve()));
+  return { socket, received: () => text, closed };
+}
+
+describe('closing with kept-alive connections open (in process)', () => {
+  it('closes each connection with its answer, refuses a request begun before the close in the D7 envelope, and does not wait for keep-alive timeouts', {
+    timeout: 30_000,
+  }, async () => {
+    const server = await startServer({ clock: 'system' });
+    try {
+      const port = Number(new URL(server.url).port);
+      // A connection answered before the close and kept alive, idle.
+      const idle = rawConnection(port);
+      idle.socket.write('GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n');
+      await waitUntil(() => rawAnswers(idle.received()).length === 1, 5000, 'the idle connection first answer');
+      // A request whose head is half sent: the server counts the connection as busy.
+      const late = rawConnection(port);
+      late.socket.write('GET /healthz HTTP/1.1\r\nHost: x\r\n');
+      // A create in flight: its head read (100 Continue), its body not yet sent.
+      const body = 'in flight while closing';
+      const busy = rawConnection(port);
+      busy.socket.write(
+        `POST /api/v1/cli HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nContent-Length: ${body.length}\r\nExpect: 100-continue\r\n\r\n`,
+      );
+      await waitUntil(() => busy.received().includes(' 100 '), 5000, '100 Continue');
+      // A key's JSON create, which the fast lane answers, its head sent and its body not.
+      const key = await server.createKey();
+      // Used once, so that the lane knows the key (it hands an uncached key to Fastify).
+      await createPaste(server, key, { content: 'the key used once' });
+      const json = JSON.stringify({ content: 'a create of the fast lane while closing' });
+      const laneCreate = rawConnection(port);
+      laneCreate.socket.write(
+        `POST /api/v1/paste HTTP/1.1\r\nHost: x\r\nX-API-Key: ${key}\r\nContent-Type: application/json\r\nContent-Length: ${json.length}\r\n\r\n`,
+      );
+      await sleep(200); // the heads without a 100 Continue, sent first, long read by now
+
+      const closeStarted = Date.now();
+      const closing = server.app.close();
+      await waitUntil(() => !server.app.server.listening, 5000, 'the server to stop listening');
+      await idle.closed; // closed at once: it was idle
+
+      busy.socket.write(body);
+      laneCreate.socket.write(json);
+      late.socket.write('\r\n');
+      await waitUntil(
+        () => rawAnswers(busy.received()).length === 1,
+        5000,
+        () => `the create's answer: ${busy.received()}`,
+      );
+      await waitUntil(
+        () => rawAnswers(late.received()).length === 1,
+        5000,
+        () => `the late answer: ${late.received()}`,
+      );
+      const [created] = rawAnswers(busy.received()) as [RawAnswer];
+      assert.equal(created.status, 201, created.body);
+      assert.equal(created.headers.connection, 'close', 'the answer in flight did not close its connection');
+      await waitUntil(
+        () => rawAnswers(laneCreate.received()).length === 1,
+        5000,
+        () => laneCreate.received(),
+      );
+      const [laneCreated] = rawAnswers(laneCreate.received()) as [RawAnswer];
+      assert.equal(laneCreated.status, 201, laneCreated.body);
+      assert.equal(laneCreated.headers.connection, 'close', 'the lane answer in flight did not close its connection');
+      const [refused] = rawAnswers(late.received()) as [RawAnswer];
+      assert.match(refused.headers['content-type'] ?? '', /^application\/json/);
+      expectError({ status: refused.status, body: JSON.parse(refused.body) }, 503, 'shutting_down');
+      assert.equal(refused.headers.connection, 'close');
+      assert.equal(refused.headers['retry-after'], '1');
+      // Both connections closed by the server, and the close done without waiting for the
+      // keep-alive timeout (10 s).
+      await Promise.all([busy.closed, late.closed, laneCreate.closed]);
+      await closing;
+      assert.ok(Date.now() - closeStarted < 5000, `the close took ${Date.now() - closeStarted} ms`);
+      // The create that was in flight is stored.
+      const id = created.body.trim().split('/').pop() as string; // the quick-create answer is its address
+      const rows = await server.sql<{ content: string }>(`SELECT content FROM pastes WHERE id = ${sqlText(id)}`);
+      assert.equal(rows[0]?.content, body);
+      const laneId = (JSON.parse(laneCreated.body) as { data: { paste_id: string } }).data.paste_id;
+      const laneRows = await server.sql<{ id: string }>(`SELECT id FROM pastes WHERE id = ${sqlText(laneId)}`);
+      assert.equal(laneRows.length, 1);
+    } finally {
+      await server.close();
     }
   });
 });

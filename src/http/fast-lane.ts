@@ -85,6 +85,8 @@ const TEXT_HEADERS = {
   'cache-control': 'no-store',
 };
 const JSON_HEADERS = { ...SECURITY_HEADERS, 'content-type': 'application/json; charset=utf-8' };
+/** Added to an answer finished once the server has begun to close (app.ts answers the rest). */
+const CLOSE = { connection: 'close' };
 const HTML_HEADERS = { ...SECURITY_HEADERS, 'content-type': 'text/html; charset=utf-8', 'cache-control': 'no-store' };
 
 export class FastLane {
@@ -282,7 +284,7 @@ export class FastLane {
     this.deps.pastes.countView(paste);
     let length = 0;
     for (const part of parts) length += typeof part === 'string' ? Buffer.byteLength(part) : part.length;
-    res.writeHead(200, Object.assign({}, HTML_HEADERS, { 'content-length': length }));
+    res.writeHead(200, Object.assign({}, HTML_HEADERS, { 'content-length': length }, this.closing ? CLOSE : null));
     this.batch.end(res, parts, this.completion(req, started));
     return true;
   }
@@ -352,7 +354,16 @@ export class FastLane {
     status = 200,
   ): void {
     // One copy of the headers per answer (an object spread here kept them past the young generation).
-    res.writeHead(status, Object.assign({}, headers, extraHeaders, { 'content-length': Buffer.byteLength(body) }));
+    res.writeHead(
+      status,
+      Object.assign(
+        {},
+        headers,
+        extraHeaders,
+        { 'content-length': Buffer.byteLength(body) },
+        this.closing ? CLOSE : null,
+      ),
+    );
     this.batch.end(res, body, this.completion(req, started, status));
   }
 
