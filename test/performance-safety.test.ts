@@ -200,6 +200,38 @@ describe('group commit, one insert refused', () => {
       await server.close();
     }
   });
+
+  it('a refused group is tried again in halves, one statement at a time: about 2·log2(n) statements, not one an insert', {
+    skip: !ON_POSTGRES && 'SQLite tries each insert again on its own, synchronously, with no pool to fill',
+  }, async () => {
+    const server = await startServer();
+    try {
+      const repository = repositoryOf(server);
+      const count = 256;
+      const bad = 137;
+      const id = (i: number) => `H${String(i).padStart(3, '0')}`;
+      const before = repository.insertStatements;
+      // Queued in one turn of the event loop, so one group; one of them names no key as its owner.
+      const outcomes = await Promise.allSettled(
+        Array.from({ length: count }, (_, i) =>
+          repository.insertIfFree(
+            plainPaste(id(i), `content of ${id(i)}`, server.clock.read(), i === bad ? 'no-such-key' : null),
+          ),
+        ),
+      );
+      outcomes.forEach((outcome, i) => {
+        if (i === bad) assert.equal(outcome.status, 'rejected');
+        else assert.deepEqual(outcome, { status: 'fulfilled', value: true }, id(i));
+      });
+      const rows = await server.sql<{ n: number | string }>("SELECT count(*) AS n FROM pastes WHERE id LIKE 'H%'");
+      assert.equal(Number(rows[0]?.n), count - 1);
+      // The group, then two halves at each of log2(256) = 8 levels (the good half committed at
+      // once, the other split again): 1 + 2 * 8 = 17. Each insert alone was 1 + 256.
+      assert.equal(repository.insertStatements - before, 17);
+    } finally {
+      await server.close();
+    }
+  });
 });
 
 describe('group commit, the values of a group', () => {
