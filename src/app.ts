@@ -30,6 +30,9 @@ export interface AppDeps {
 
 const METHODS: HTTPMethod[] = ['GET', 'HEAD', 'POST', 'PUT', 'DELETE', 'PATCH', 'OPTIONS'];
 
+/** While the server closes, how often connections fallen idle are closed. */
+const CLOSE_IDLE_EVERY_MS = 100;
+
 /** The answer to a request that arrives once the server has begun to close. */
 const SHUTTING_DOWN = new AppError('shutting_down', 'The server is shutting down; send the request again.', {
   headers: { 'retry-after': '1' },
@@ -166,6 +169,13 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   answerUnmetExpectations(app.server);
   app.addHook('preClose', (done) => {
     lane.closing = true;
+    // An answer whose head went out before the close (the lane's answers of this turn, whose
+    // bodies end in its check phase; a large body to a slow reader) keeps its connection alive,
+    // and Node closes idle connections only once, in server.close(): such connections are closed
+    // as they fall idle, so the close never waits for a keep-alive timeout.
+    const reaper = setInterval(() => app.server.closeIdleConnections(), CLOSE_IDLE_EVERY_MS);
+    reaper.unref();
+    app.server.once('close', () => clearInterval(reaper));
     done();
   });
   throttle = registerNotFoundThrottle(app, { limitPerMinute: config.notFoundLimitPerMinute, clock: services.clock });

@@ -323,8 +323,14 @@ function rawAnswers(text: string): RawAnswer[] {
 }
 
 /** A raw connection to the server and what it has received so far. */
-function rawConnection(port: number): { socket: Socket; received(): string; closed: Promise<void> } {
+function rawConnection(port: number): {
+  socket: Socket;
+  received(): string;
+  connected: Promise<void>;
+  closed: Promise<void>;
+} {
   const socket = net.connect(port, '127.0.0.1');
+  const connected = new Promise<void>((resolve) => socket.once('connect', () => resolve()));
   let text = '';
   socket.setEncoding('latin1');
   socket.on('data', (d: string) => {
@@ -332,10 +338,45 @@ function rawConnection(port: number): { socket: Socket; received(): string; clos
   });
   socket.on('error', () => {}); // a reset shows as the connection closing
   const closed = new Promise<void>((resolve) => socket.once('close', () => resolve()));
-  return { socket, received: () => text, closed };
+  return { socket, received: () => text, connected, closed };
 }
 
 describe('closing with kept-alive connections open (in process)', () => {
+  it('closes a connection whose answer began before the close and ended after it, as soon as it falls idle', {
+    timeout: 30_000,
+  }, async () => {
+    const server = await startServer({ clock: 'system' });
+    try {
+      const key = await server.createKey();
+      const id = await createPaste(server, key, { content: 'read as the close begins' });
+      // The close begins as the request is taken: on SQLite the fast lane has written the head
+      // (keep-alive) and ends the body after this turn, once the close is under way.
+      let closing: Promise<void> | null = null;
+      let closeStarted = 0;
+      server.app.server.on('request', (req: http.IncomingMessage) => {
+        if (req.url !== `/raw/${id}` || closing) return;
+        closeStarted = Date.now();
+        closing = server.app.close();
+      });
+      const reader = rawConnection(Number(new URL(server.url).port));
+      reader.socket.write(`GET /raw/${id} HTTP/1.1\r\nHost: x\r\n\r\n`);
+      await waitUntil(
+        () => rawAnswers(reader.received()).length === 1,
+        5000,
+        () => reader.received(),
+      );
+      const [answer] = rawAnswers(reader.received()) as [RawAnswer];
+      assert.equal(answer.status, 200);
+      assert.equal(answer.body, 'read as the close begins');
+      // Closed by the server well before the keep-alive timeout (10 s), and the close done.
+      await reader.closed;
+      await closing;
+      assert.ok(Date.now() - closeStarted < 5000, `the close took ${Date.now() - closeStarted} ms`);
+    } finally {
+      await server.close();
+    }
+  });
+
   it('closes each connection with its answer, refuses a request begun before the close in the D7 envelope, and does not wait for keep-alive timeouts', {
     timeout: 30_000,
   }, async () => {
@@ -360,12 +401,21 @@ describe('closing with kept-alive connections open (in process)', () => {
       const key = await server.createKey();
       // Used once, so that the lane knows the key (it hands an uncached key to Fastify).
       await createPaste(server, key, { content: 'the key used once' });
+      let laneHeadsRead = 0;
+      server.app.server.on('request', (req: http.IncomingMessage) => {
+        if (req.method === 'POST' && req.url === '/api/v1/paste') laneHeadsRead++;
+      });
       const json = JSON.stringify({ content: 'a create of the fast lane while closing' });
       const laneCreate = rawConnection(port);
       laneCreate.socket.write(
         `POST /api/v1/paste HTTP/1.1\r\nHost: x\r\nX-API-Key: ${key}\r\nContent-Type: application/json\r\nContent-Length: ${json.length}\r\n\r\n`,
       );
-      await sleep(200); // the heads without a 100 Continue, sent first, long read by now
+      // The server has read the lane create's head (its request event), and the half head of
+      // `late`, written first: once its connection is up, the server's poll phases read it
+      // within a few turns of the event loop, and ten pass here after that.
+      await waitUntil(() => laneHeadsRead === 1, 5000, "the lane create's head read");
+      await late.connected;
+      for (let turn = 0; turn < 10; turn++) await new Promise((resolve) => setImmediate(resolve));
 
       const closeStarted = Date.now();
       const closing = server.app.close();
