@@ -211,6 +211,7 @@ describe('group commit, one insert refused', () => {
       const bad = 137;
       const id = (i: number) => `H${String(i).padStart(3, '0')}`;
       const before = repository.insertStatements;
+      repository.insertsOutPeak = 0;
       // Queued in one turn of the event loop, so one group; one of them names no key as its owner.
       const outcomes = await Promise.allSettled(
         Array.from({ length: count }, (_, i) =>
@@ -228,6 +229,37 @@ describe('group commit, one insert refused', () => {
       // The group, then two halves at each of log2(256) = 8 levels (the good half committed at
       // once, the other split again): 1 + 2 * 8 = 17. Each insert alone was 1 + 256.
       assert.equal(repository.insertStatements - before, 17);
+      assert.equal(repository.insertsOutPeak, 1, 'the halves went out together');
+    } finally {
+      await server.close();
+    }
+  });
+
+  it('a group refused whatever its rows (a SQLSTATE of class 53, say) fails every caller at once, without halving', {
+    skip: !ON_POSTGRES && 'SQLite has no SQLSTATE',
+  }, async () => {
+    const server = await startServer();
+    try {
+      // PostgreSQL refuses any insert of J37 as out of disk space (53100), as it would every row.
+      await server.sql(`CREATE FUNCTION refuse_j37() RETURNS trigger AS $$ BEGIN
+        IF NEW.id = 'J37' THEN RAISE EXCEPTION 'no space (test)' USING ERRCODE = '53100'; END IF;
+        RETURN NEW; END $$ LANGUAGE plpgsql`);
+      await server.sql('CREATE TRIGGER refuse_j37 BEFORE INSERT ON pastes FOR EACH ROW EXECUTE FUNCTION refuse_j37()');
+      const repository = repositoryOf(server);
+      const id = (i: number) => `J${String(i).padStart(2, '0')}`;
+      const before = repository.insertStatements;
+      const outcomes = await Promise.allSettled(
+        Array.from({ length: 64 }, (_, i) =>
+          repository.insertIfFree(plainPaste(id(i), `content of ${id(i)}`, server.clock.read(), null)),
+        ),
+      );
+      for (const [i, outcome] of outcomes.entries()) {
+        assert.equal(outcome.status, 'rejected', id(i));
+        assert.equal((outcome as PromiseRejectedResult).reason.code, '53100', id(i));
+      }
+      assert.equal(repository.insertStatements - before, 1);
+      const rows = await server.sql<{ n: number | string }>("SELECT count(*) AS n FROM pastes WHERE id LIKE 'J%'");
+      assert.equal(Number(rows[0]?.n), 0);
     } finally {
       await server.close();
     }

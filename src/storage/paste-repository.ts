@@ -300,6 +300,14 @@ const GROUP_BYTES = 8 * 1024 * 1024;
 export const TURNS_IN_FLIGHT = 2;
 
 /**
+ * The SQLSTATEs of a group insert that one of its rows may have caused, so that the group is
+ * tried again in halves: data exceptions (22: a value refused), integrity constraints (23: an
+ * owner key deleted meanwhile) and transaction rollbacks (40). Any other refuses the statement
+ * whatever its rows.
+ */
+const REFUSED_BY_A_ROW = /^(22|23|40)/;
+
+/**
  * Each column of a paste's row (toRow) with the type of the array that carries it in a grouped
  * insert on PostgreSQL (GROUP_INSERT_PG).
  */
@@ -631,13 +639,20 @@ export class PasteRepository {
 
   /**
    * One turn of commitInTurns: the batch in one transaction (one statement, GROUP_INSERT_PG, or
-   * Kysely's multi-row insert and the outbox rows after it); never throws.
+   * Kysely's multi-row insert and the outbox rows after it). Never throws: each caller is
+   * resolved or rejected once. Returns the error when the connection was lost or timed out on
+   * the client's side (the caller's later halves are then not tried), else undefined.
    */
-  private async commitTogether(batch: PendingInsert[]): Promise<void> {
+  private async commitTogether(batch: PendingInsert[]): Promise<unknown> {
     if (batch.length === 1) {
       const [only] = batch as [PendingInsert];
-      await this.insertAlone(only.paste, only.also).then(only.resolve, only.reject);
-      return;
+      try {
+        only.resolve(await this.insertAlone(only.paste, only.also));
+        return undefined;
+      } catch (err) {
+        only.reject(err);
+        return answeredByServer(err) ? undefined : err;
+      }
     }
     // Kysely's multi-row insert, for a batch whose outbox rows follow in its transaction.
     const insertAll = (db: Kysely<Database>) =>
@@ -652,46 +667,72 @@ export class PasteRepository {
       return batch.map((item) => inserted.has(item.paste.id));
     };
     let results: boolean[];
-    this.insertStatements++;
     try {
       // One statement is a transaction of its own: one round trip instead of three, unless outbox
       // rows must be written with it.
-      results = batch.some((item) => item.also)
-        ? await this.db.transaction().execute(async (trx) => {
-            const flags = tookTheirIds(await insertAll(trx));
-            for (const [i, item] of batch.entries()) if (flags[i] && item.also) await item.also(trx);
-            return flags;
-          })
-        : tookTheirIds(
-            await (this.groupInsertPg
+      results = await this.sent(() =>
+        batch.some((item) => item.also)
+          ? this.db.transaction().execute(async (trx) => {
+              const flags = tookTheirIds(await insertAll(trx));
+              for (const [i, item] of batch.entries()) if (flags[i] && item.also) await item.also(trx);
+              return flags;
+            })
+          : (this.groupInsertPg
               ? this.groupInsertPg(columnArrays(batch.map((item) => item.paste)))
-              : insertAll(this.db)),
-          );
+              : insertAll(this.db)
+            ).then(tookTheirIds),
+      );
     } catch (err) {
       // A connection lost or a client-side timeout: the batch may have been committed, and an
       // insert tried again would find its own row and take another id. Each caller hears the error.
       if (!answeredByServer(err)) {
         for (const item of batch) item.reject(err);
-        return;
+        return err;
+      }
+      // Refused as a whole (read-only, out of disk or connections, cancelled): nothing of it is
+      // stored, and the same statement for fewer rows would meet the same refusal.
+      if (!REFUSED_BY_A_ROW.test((err as { code: string }).code)) {
+        for (const item of batch) item.reject(err);
+        return undefined;
       }
       // One insert was refused and took the batch with it (nothing of it stored): the batch is
-      // tried again in halves, one after the other and still in id order, down to inserts on
-      // their own, so one bad request never fails the others. One refused insert among n costs
-      // about 2·log2(n) statements, on the turn's one connection: tried each alone and all at
-      // once, a refused group of 500 took the whole pool and made every read wait.
+      // tried again in halves, one statement at a time and still in id order, down to inserts
+      // on their own, so one bad request never fails the others. One refused insert among n
+      // costs about 2·log2(n) statements: tried each alone and all at once, a refused group of
+      // 500 took the whole pool and made every read wait.
       const half = Math.ceil(batch.length / 2);
-      await this.commitTogether(batch.slice(0, half));
-      await this.commitTogether(batch.slice(half));
-      return;
+      const lost = await this.commitTogether(batch.slice(0, half));
+      if (lost === undefined) return this.commitTogether(batch.slice(half));
+      for (const item of batch.slice(half)) item.reject(lost);
+      return lost;
     }
     for (const [i, item] of batch.entries()) item.resolve(results[i] as boolean);
+    return undefined;
   }
 
   /** The group and lone inserts (statements, or transactions with outbox rows) sent (tests). */
   insertStatements = 0;
+  /** How many of them were out at once, now and at most (tests). */
+  private insertsOut = 0;
+  insertsOutPeak = 0;
 
-  private async insertAlone(paste: Paste, also?: InTransaction): Promise<boolean> {
+  /** Runs one insert statement (or transaction), counted. */
+  private async sent<T>(run: () => Promise<T>): Promise<T> {
     this.insertStatements++;
+    this.insertsOut++;
+    if (this.insertsOut > this.insertsOutPeak) this.insertsOutPeak = this.insertsOut;
+    try {
+      return await run();
+    } finally {
+      this.insertsOut--;
+    }
+  }
+
+  private insertAlone(paste: Paste, also?: InTransaction): Promise<boolean> {
+    return this.sent(() => this.insertAloneNow(paste, also));
+  }
+
+  private async insertAloneNow(paste: Paste, also?: InTransaction): Promise<boolean> {
     if (!also && this.groupInsertPg) return (await this.groupInsertPg(columnArrays([paste]))).length === 1;
     if (!also) return insertRow(this.db, paste);
     return this.db.transaction().execute(async (trx) => {
