@@ -175,22 +175,41 @@ describe('group commit', () => {
   });
 });
 
+/** `count` pastes queued in one turn of the event loop, so committed as one group; each settled. */
+function insertOneGroup(
+  server: TestServer,
+  count: number,
+  id: (i: number) => string,
+  ownerOf: (i: number) => string | null = () => null,
+): Promise<Array<PromiseSettledResult<boolean>>> {
+  const repository = repositoryOf(server);
+  return Promise.allSettled(
+    Array.from({ length: count }, (_, i) =>
+      repository.insertIfFree(plainPaste(id(i), `content of ${id(i)}`, server.clock.read(), ownerOf(i))),
+    ),
+  );
+}
+
+/** The insert at `refused` was rejected; every other took its id. */
+function expectAllButOneTaken(
+  outcomes: Array<PromiseSettledResult<boolean>>,
+  refused: number,
+  id: (i: number) => string,
+): void {
+  outcomes.forEach((outcome, i) => {
+    if (i === refused) assert.equal(outcome.status, 'rejected');
+    else assert.deepEqual(outcome, { status: 'fulfilled', value: true }, id(i));
+  });
+}
+
 describe('group commit, one insert refused', () => {
   it('an insert of a group that the database refuses fails alone; the others are committed', async () => {
     const server = await startServer();
     try {
-      const repository = repositoryOf(server);
-      const paste = (id: string, ownerKeyId: string | null): Paste =>
-        plainPaste(id, `content of ${id}`, server.clock.read(), ownerKeyId);
-      // Queued in one turn of the event loop, so committed as one group; the owner of G04 is no
-      // key (a foreign key the database enforces), which takes the group's statement down.
-      const outcomes = await Promise.allSettled(
-        Array.from({ length: 8 }, (_, i) => repository.insertIfFree(paste(`G0${i}`, i === 4 ? 'no-such-key' : null))),
-      );
-      outcomes.forEach((outcome, i) => {
-        if (i === 4) assert.equal(outcome.status, 'rejected');
-        else assert.deepEqual(outcome, { status: 'fulfilled', value: true }, `G0${i}`);
-      });
+      // The owner of G04 is no key (a foreign key the database enforces), which takes the
+      // group's statement down.
+      const id = (i: number) => `G0${i}`;
+      expectAllButOneTaken(await insertOneGroup(server, 8, id, (i) => (i === 4 ? 'no-such-key' : null)), 4, id);
       const rows = await server.sql<{ id: string }>("SELECT id FROM pastes WHERE id LIKE 'G0%' ORDER BY id");
       assert.deepEqual(
         rows.map((row) => row.id),
@@ -212,18 +231,9 @@ describe('group commit, one insert refused', () => {
       const id = (i: number) => `H${String(i).padStart(3, '0')}`;
       const before = repository.insertStatements;
       repository.insertsOutPeak = 0;
-      // Queued in one turn of the event loop, so one group; one of them names no key as its owner.
-      const outcomes = await Promise.allSettled(
-        Array.from({ length: count }, (_, i) =>
-          repository.insertIfFree(
-            plainPaste(id(i), `content of ${id(i)}`, server.clock.read(), i === bad ? 'no-such-key' : null),
-          ),
-        ),
-      );
-      outcomes.forEach((outcome, i) => {
-        if (i === bad) assert.equal(outcome.status, 'rejected');
-        else assert.deepEqual(outcome, { status: 'fulfilled', value: true }, id(i));
-      });
+      // One of them names no key as its owner.
+      const outcomes = await insertOneGroup(server, count, id, (i) => (i === bad ? 'no-such-key' : null));
+      expectAllButOneTaken(outcomes, bad, id);
       const rows = await server.sql<{ n: number | string }>("SELECT count(*) AS n FROM pastes WHERE id LIKE 'H%'");
       assert.equal(Number(rows[0]?.n), count - 1);
       // The group, then two halves at each of log2(256) = 8 levels (the good half committed at
@@ -248,11 +258,7 @@ describe('group commit, one insert refused', () => {
       const repository = repositoryOf(server);
       const id = (i: number) => `J${String(i).padStart(2, '0')}`;
       const before = repository.insertStatements;
-      const outcomes = await Promise.allSettled(
-        Array.from({ length: 64 }, (_, i) =>
-          repository.insertIfFree(plainPaste(id(i), `content of ${id(i)}`, server.clock.read(), null)),
-        ),
-      );
+      const outcomes = await insertOneGroup(server, 64, id);
       for (const [i, outcome] of outcomes.entries()) {
         assert.equal(outcome.status, 'rejected', id(i));
         assert.equal((outcome as PromiseRejectedResult).reason.code, '53100', id(i));
