@@ -3,7 +3,7 @@
  * statement (a burn is one DELETE ... RETURNING). The rules (who may, when) live in the domain.
  */
 import type BetterSqlite3 from 'better-sqlite3';
-import { type Kysely, type Selectable, sql } from 'kysely';
+import { type ExpressionBuilder, type Kysely, type Selectable, sql } from 'kysely';
 import type pg from 'pg';
 import type { Paste } from '../pastes/paste.js';
 import type { ExpirySweeper, SweepStatements } from './expiry-sweeper.js';
@@ -394,6 +394,9 @@ const SAMPLE: Paste = {
 
 /** Every column of a paste, named (the hot reads run as named statements: prepared-query.ts). */
 const PASTE_COLUMNS = Object.keys(toRow(SAMPLE)) as Array<keyof PasteRow>;
+/** A paste still live at `now`: no expiry, or one after it (D12). */
+const liveAt = (now: number) => (eb: ExpressionBuilder<Database, 'pastes'>) =>
+  eb.or([eb('expires_at', 'is', null), eb('expires_at', '>', now)]);
 /** What /raw reads of a paste (findLiveContent). */
 const LIVE_CONTENT_COLUMNS = ['content', 'password_hash', 'burn_after_read', 'created_at'] as const;
 /** A row of findLiveContent's reads in one query on PostgreSQL: the columns, its id and expiry. */
@@ -428,12 +431,7 @@ export class PasteRepository {
       db,
       ['string', 'number'],
       (id: string, now: number) =>
-        db
-          .selectFrom('pastes')
-          .select(PASTE_COLUMNS)
-          .select(VIEWS)
-          .where('id', '=', id)
-          .where((eb) => eb.or([eb('expires_at', 'is', null), eb('expires_at', '>', now)])),
+        db.selectFrom('pastes').select(PASTE_COLUMNS).select(VIEWS).where('id', '=', id).where(liveAt(now)),
       sqlite,
       pgPool,
     );
@@ -441,11 +439,7 @@ export class PasteRepository {
       db,
       ['string', 'number'],
       (id: string, now: number) =>
-        db
-          .selectFrom('pastes')
-          .select(LIVE_CONTENT_COLUMNS)
-          .where('id', '=', id)
-          .where((eb) => eb.or([eb('expires_at', 'is', null), eb('expires_at', '>', now)])),
+        db.selectFrom('pastes').select(LIVE_CONTENT_COLUMNS).where('id', '=', id).where(liveAt(now)),
       sqlite,
       pgPool,
     );
@@ -484,7 +478,7 @@ export class PasteRepository {
           .select(sql<boolean>`octet_length(content) > ${sql.lit(BATCH_CONTENT_BYTES)}`.as('oversize'));
         const compiled = (withViews ? select.select(VIEWS) : select)
           .where(sql<boolean>`id = ANY(${ids}::text[])`)
-          .where((eb) => eb.or([eb('expires_at', 'is', null), eb('expires_at', '>', now)]))
+          .where(liveAt(now))
           .compile();
         if (compiled.parameters.length !== 2 || compiled.parameters[0] !== ids || compiled.parameters[1] !== now) {
           throw new Error('point reads by ids: the ids, then now');
@@ -504,11 +498,7 @@ export class PasteRepository {
         db,
         ['string', 'number'],
         (id: string, now: number) =>
-          db
-            .selectFrom('pastes')
-            .select(contentColumns)
-            .where('id', '=', id)
-            .where((eb) => eb.or([eb('expires_at', 'is', null), eb('expires_at', '>', now)])),
+          db.selectFrom('pastes').select(contentColumns).where('id', '=', id).where(liveAt(now)),
         null,
         pgPool,
       );
@@ -828,7 +818,7 @@ export class PasteRepository {
       .deleteFrom('pastes')
       .where('id', '=', id)
       .where('burn_after_read', '=', 1)
-      .where((eb) => eb.or([eb('expires_at', 'is', null), eb('expires_at', '>', now)]))
+      .where(liveAt(now))
       .returningAll()
       .executeTakeFirst();
     if (!row) return undefined;
@@ -877,7 +867,7 @@ export class PasteRepository {
       .set(set)
       .where('id', '=', id)
       .where('owner_key_id', '=', ownerKeyId)
-      .where((eb) => eb.or([eb('expires_at', 'is', null), eb('expires_at', '>', now)]))
+      .where(liveAt(now))
       .returningAll()
       .executeTakeFirst();
     return row ? toPaste(row) : undefined;
@@ -889,7 +879,7 @@ export class PasteRepository {
       .deleteFrom('pastes')
       .where('id', '=', id)
       .where('owner_key_id', '=', ownerKeyId)
-      .where((eb) => eb.or([eb('expires_at', 'is', null), eb('expires_at', '>', now)]))
+      .where(liveAt(now))
       .executeTakeFirst();
     if (Number(result.numDeletedRows) === 0) return false;
     await this.forgetViews(id);
@@ -1018,7 +1008,7 @@ export class PasteRepository {
       .where('password_hash', 'is', null)
       .where('burn_after_read', '=', 0)
       .where('encrypted', '=', 0)
-      .where((eb) => eb.or([eb('expires_at', 'is', null), eb('expires_at', '>', now)]))
+      .where(liveAt(now))
       .orderBy('created_at', 'desc')
       .orderBy('id', 'desc')
       .limit(limit)
