@@ -72,7 +72,7 @@ async function slowPost(
   send(bytes: number): Promise<void>;
   finish(): void;
   answer: Promise<Answer>;
-  /** Settles once the server has parsed the request's headers (its 100 Continue). */
+  /** Settles once the server has admitted the request and asks for its body (its 100 Continue). */
   headersRead: Promise<void>;
   agent: http.Agent;
 }> {
@@ -88,7 +88,8 @@ async function slowPost(
   const req = http.request(`${base}${path}`, {
     method: 'POST',
     agent,
-    // Node's server answers 100 Continue as it parses the headers: the test knows they are read.
+    // The server answers 100 Continue once it has admitted the request and is about to read its
+    // body (expect-continue.ts): the test knows it is in flight.
     headers: { ...headers, 'content-length': String(body.length), expect: '100-continue' },
   });
   const headersRead = new Promise<void>((resolve) => req.once('continue', () => resolve()));
@@ -390,7 +391,7 @@ describe('closing with kept-alive connections open (in process)', () => {
       // A request whose head is half sent: the server counts the connection as busy.
       const late = rawConnection(port);
       late.socket.write('GET /healthz HTTP/1.1\r\nHost: x\r\n');
-      // A create in flight: its head read (100 Continue), its body not yet sent.
+      // A create in flight: admitted, its body asked for (100 Continue) and not yet sent.
       const body = 'in flight while closing';
       const busy = rawConnection(port);
       busy.socket.write(

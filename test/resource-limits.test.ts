@@ -627,3 +627,102 @@ describe('slow clients are cut off (HEADERS_TIMEOUT_SECONDS, REQUEST_TIMEOUT_SEC
     assert.equal(answer.status, 201, answer.text);
   });
 });
+
+describe('Expect: 100-continue: the body is asked for only once the request is admitted', () => {
+  let server: TestServer;
+  let key: string;
+  before(async () => {
+    server = await startServer();
+    key = await server.createKey({ name: 'continue', hourly: 3 });
+  });
+  after(() => server.close());
+
+  /**
+   * Sends a POST's head with `Expect: 100-continue` and no body; once the server answers, sends
+   * the body if that answer is 100 Continue. Returns every status the server sent, in order, and
+   * the head of the last.
+   */
+  async function expectContinue(
+    path: string,
+    headers: Record<string, string>,
+    body: string,
+  ): Promise<{ statuses: number[]; head: string; body: string }> {
+    const socket = net.connect(Number(new URL(server.url).port), '127.0.0.1');
+    const head = [
+      `POST ${path} HTTP/1.1`,
+      'Host: 127.0.0.1',
+      'Expect: 100-continue',
+      ...Object.entries(headers).map(([name, value]) => `${name}: ${value}`),
+      '',
+      '',
+    ].join('\r\n');
+    socket.write(head);
+    const statuses: number[] = [];
+    let received = '';
+    let last = { head: '', body: '' };
+    for await (const chunk of socket) {
+      received += (chunk as Buffer).toString('utf8');
+      for (;;) {
+        const end = received.indexOf('\r\n\r\n');
+        if (end < 0) break;
+        const answerHead = received.slice(0, end).toLowerCase();
+        const status = Number(answerHead.split(' ')[1]);
+        if (status === 100) {
+          statuses.push(100);
+          received = received.slice(end + 4);
+          socket.write(body);
+          continue;
+        }
+        const length = Number(/content-length: (\d+)/.exec(answerHead)?.[1]);
+        if (received.length < end + 4 + length) break;
+        statuses.push(status);
+        last = { head: answerHead, body: received.slice(end + 4, end + 4 + length) };
+        received = received.slice(end + 4 + length);
+      }
+      if (statuses.some((status) => status !== 100)) break;
+    }
+    socket.destroy();
+    return { statuses, ...last };
+  }
+
+  const json = (content: string) => JSON.stringify({ content });
+
+  it('a bad key, an unknown address and a wrong method are answered at once, never asked for a body', async () => {
+    const big = { 'Content-Type': 'application/json', 'Content-Length': String(20 * MiB) };
+    const badKey = await expectContinue('/api/v1/paste', { ...big, 'X-API-Key': 'fp_not_a_key' }, '');
+    assert.deepEqual(badKey.statuses, [403]);
+    assert.match(badKey.head, /\r\nconnection: close/);
+    expectError({ status: 403, body: JSON.parse(badKey.body) }, 403, 'api_key_invalid');
+    const noKey = await expectContinue('/api/v1/paste', big, '');
+    assert.deepEqual(noKey.statuses, [401]);
+    assert.deepEqual((await expectContinue('/api/v1/nothing-here', big, '')).statuses, [404]);
+    assert.deepEqual((await expectContinue('/raw/some-paste', big, '')).statuses, [405]);
+  });
+
+  it('an admitted create gets 100 Continue, sends its body and gets its 201; over its quota, 429 at once', async () => {
+    const count = async () => Number((await server.sql<{ n: number }>('SELECT count(*) AS n FROM pastes'))[0]?.n);
+    const before = await count();
+    for (const [path, type, body] of [
+      ['/api/v1/paste', 'application/json', json('sent after 100 Continue')],
+      ['/api/v1/cli', 'text/plain', 'raw text sent after 100 Continue'],
+    ] as const) {
+      const created = await expectContinue(
+        path,
+        { 'X-API-Key': key, 'Content-Type': type, 'Content-Length': String(Buffer.byteLength(body)) },
+        body,
+      );
+      assert.deepEqual(created.statuses, [100, 201], path);
+    }
+    assert.equal(await count(), before + 2);
+    // The key's third use (hourly: 3, the key looked up once at its making counts none) is the last.
+    await request(`${server.url}/api/v1/pastes`, { headers: { 'x-api-key': key } });
+    const over = await expectContinue(
+      '/api/v1/paste',
+      { 'X-API-Key': key, 'Content-Type': 'application/json', 'Content-Length': String(20 * MiB) },
+      '',
+    );
+    assert.deepEqual(over.statuses, [429]);
+    expectError({ status: 429, body: JSON.parse(over.body) }, 429, 'rate_limited');
+    assert.equal(await count(), before + 2);
+  });
+});
