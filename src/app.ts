@@ -90,12 +90,23 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     readPage: (read) => readPageParts(read, services.presenter),
     apiEnabled: config.apiEnabled,
     trustProxy: config.trustProxy > 0,
-    admits: (address) => {
+    admits: (address, mayBeNotFound) => {
       try {
-        throttle?.check(address);
+        if (mayBeNotFound) throttle?.checkAdmissible(address);
+        else throttle?.check(address);
         return true;
       } catch {
         return false;
+      }
+    },
+    holdWhileReading: (address) => {
+      const budget = throttle;
+      if (budget === null || config.notFoundLimitPerMinute <= 0) return null;
+      try {
+        const bucket = budget.admit(address);
+        return () => budget.release(bucket, false);
+      } catch {
+        return null; // judged admissible in this same tick (admits): not reached
       }
     },
     createFromJson: async (body, key, ip) => createFromJson(apiDeps, (parseJson as JsonBodyParser)(body), key, ip),

@@ -5,7 +5,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
-import { createServer } from 'node:net';
+import net, { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { FastifyInstance } from 'fastify';
@@ -240,6 +240,43 @@ export async function request(
   let parsed: unknown = text;
   if ((response.headers.get('content-type') ?? '').includes('application/json')) parsed = JSON.parse(text);
   return { status: response.status, headers: response.headers, body: parsed, text };
+}
+
+/**
+ * Sends the requests (raw HTTP/1.1 text, each whole) pipelined on one connection and reads
+ * `count` answers off it in order, each by its Content-Length: status, head (lower-cased) and body.
+ */
+export async function pipelinedAnswers(
+  url: string,
+  requests: string[],
+  count = requests.length,
+): Promise<Array<{ status: number; head: string; body: string }>> {
+  const socket = net.connect(Number(new URL(url).port), '127.0.0.1');
+  socket.write(requests.join(''));
+  let buffered = Buffer.alloc(0);
+  const answers: Array<{ status: number; head: string; body: string }> = [];
+  try {
+    for await (const chunk of socket) {
+      buffered = Buffer.concat([buffered, chunk as Buffer]);
+      for (;;) {
+        const end = buffered.indexOf('\r\n\r\n');
+        if (end < 0) break;
+        const head = buffered.subarray(0, end).toString('latin1').toLowerCase();
+        const length = Number(/content-length: (\d+)/.exec(head)?.[1]);
+        if (buffered.length < end + 4 + length) break;
+        answers.push({
+          status: Number(head.split(' ')[1]),
+          head,
+          body: buffered.subarray(end + 4, end + 4 + length).toString('utf8'),
+        });
+        buffered = buffered.subarray(end + 4 + length);
+      }
+      if (answers.length === count) break;
+    }
+  } finally {
+    socket.destroy();
+  }
+  return answers;
 }
 
 /** Creates a paste through `POST /api/v1/paste` with the key; returns its id (throws unless 201). */

@@ -26,7 +26,15 @@ import { migrateToLatest } from '../src/storage/migrations.js';
 import { PasteRepository } from '../src/storage/paste-repository.js';
 import { BATCH_CONTENT_BYTES, type IdentifiedRow, MAX_IDS, PointReadBatch } from '../src/storage/point-read-batch.js';
 import { RESTART_PAGES } from '../src/storage/wal-checkpointer.js';
-import { freePort, freshDatabase, plainPaste, request, startServer, type TestServer } from './helpers.js';
+import {
+  freePort,
+  freshDatabase,
+  pipelinedAnswers,
+  plainPaste,
+  request,
+  startServer,
+  type TestServer,
+} from './helpers.js';
 import { fastpaste, startServerProcess } from './server-process.js';
 
 /**
@@ -1587,30 +1595,10 @@ describe('the fast lane', () => {
       const b = await createPaste(server, key, { content: 'second paste' });
       await request(`${server.url}/api/v1/paste/${b}`, { headers: { 'x-api-key': key } }); // the key looked up
       const paths = [`/raw/${a}`, `/api/v1/paste/${b}`, '/raw/nope-not-here', `/view/${a}`, `/raw/${b}`, `/raw/${a}?q`];
-      const socket = net.connect(Number(new URL(server.url).port), '127.0.0.1');
-      socket.write(
-        paths.map((path) => `GET ${path} HTTP/1.1\r\nHost: 127.0.0.1\r\nX-API-Key: ${key}\r\n\r\n`).join(''),
+      const answers = await pipelinedAnswers(
+        server.url,
+        paths.map((path) => `GET ${path} HTTP/1.1\r\nHost: 127.0.0.1\r\nX-API-Key: ${key}\r\n\r\n`),
       );
-      // Read answers off the stream by their Content-Length until all six are in.
-      let buffered = Buffer.alloc(0);
-      const answers: Array<{ status: number; body: string }> = [];
-      for await (const chunk of socket) {
-        buffered = Buffer.concat([buffered, chunk as Buffer]);
-        for (;;) {
-          const end = buffered.indexOf('\r\n\r\n');
-          if (end < 0) break;
-          const head = buffered.subarray(0, end).toString('latin1');
-          const length = Number(/content-length: (\d+)/i.exec(head)?.[1]);
-          if (buffered.length < end + 4 + length) break;
-          answers.push({
-            status: Number(head.split(' ')[1]),
-            body: buffered.subarray(end + 4, end + 4 + length).toString('utf8'),
-          });
-          buffered = buffered.subarray(end + 4 + length);
-        }
-        if (answers.length === paths.length) break;
-      }
-      socket.destroy();
       assert.deepEqual(
         answers.map((answer) => answer.status),
         [200, 200, 404, 200, 200, 200],
@@ -1643,6 +1631,7 @@ describe('the fast lane', () => {
       apiEnabled: true,
       trustProxy: false,
       admits: () => true,
+      holdWhileReading: () => null,
       createFromJson: failing,
     });
     const front = serverWithFastLane(lane)((req, res) => server.app.routing(req, res), {});

@@ -32,6 +32,7 @@ import {
   expectError,
   freshDatabase,
   ManualClock,
+  pipelinedAnswers,
   queryDatabase,
   request,
   sqlText,
@@ -1246,6 +1247,35 @@ describe('404s are fast and throttled per client address (NOT_FOUND_LIMIT_PER_MI
     for (const answer of answers.filter((a) => a.status !== 404)) expectError(answer, 429, 'rate_limited');
     assert.ok(found <= LIMIT, `${found} answers 404 of ${5 * LIMIT}`);
     assert.ok(found > 0);
+  });
+
+  it('a hit pipelined behind the last 404 of the budget is 429 in the fast lane as in the framework', async (t) => {
+    // No proxy trusted: the client is the socket's address, so plain reads take the fast lane.
+    const budget = 5;
+    const direct = await startServer({ env: { NOT_FOUND_LIMIT_PER_MINUTE: String(budget) } });
+    t.after(() => direct.close());
+    const owner = await direct.createKey({ name: 'pipeliner' });
+    const id = await createPaste(direct, owner, { content: 'found' });
+    await request(`${direct.url}/api/v1/paste/${id}`, { headers: { 'x-api-key': owner } }); // the key looked up
+    const get = (path: string, extra = '') =>
+      `GET ${path} HTTP/1.1\r\nHost: 127.0.0.1\r\nX-API-Key: ${owner}\r\n${extra}\r\n`;
+    for (const [prefix, via] of [
+      ['/raw/', 'lane'],
+      ['/view/', 'lane'],
+      ['/api/v1/paste/', 'lane'],
+      ['/raw/', 'framework'], // any Content-Encoding hands a request to the framework
+    ] as const) {
+      direct.clock.advance(MINUTE); // a fresh budget
+      const extra = via === 'framework' ? 'Content-Encoding: identity\r\n' : '';
+      const misses = Array.from({ length: budget }, (_, i) => get(`${prefix}missing-${i}`, extra));
+      const answers = await pipelinedAnswers(direct.url, [...misses, get(`${prefix}${id}`, extra)]);
+      assert.deepEqual(
+        answers.map((answer) => answer.status),
+        [...misses.map(() => 404), 429],
+        `${prefix} through the ${via}`,
+      );
+      assert.equal(JSON.parse(answers[budget]?.body as string).code, 'rate_limited');
+    }
   });
 
   it('NOT_FOUND_LIMIT_PER_MINUTE=0 turns it off', async (t) => {

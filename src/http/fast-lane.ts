@@ -44,8 +44,18 @@ export interface FastLaneDeps {
   readPage(read: Read): Array<string | Buffer>;
   apiEnabled: boolean;
   trustProxy: boolean;
-  /** False when the client address may not be served now (the 404 throttle refuses it). */
-  admits(address: string): boolean;
+  /**
+   * False when the client address may not be served now (the 404 throttle refuses it), judged as
+   * Fastify judges the same request: for an address with a parameter (`mayBeNotFound`) its
+   * requests still running count against the budget left.
+   */
+  admits(address: string, mayBeNotFound: boolean): boolean;
+  /**
+   * Holds a unit of the address's 404 budget while a read of the lane waits for the storage, as
+   * Fastify's hook holds one for a request that may answer 404; returns what gives it back, or
+   * null when there is no budget to hold.
+   */
+  holdWhileReading(address: string): (() => void) | null;
   /** A create from a JSON body's bytes by a key, from a client address: the 201's body, or a throw. */
   createFromJson(body: Buffer, key: ApiKey, ip: string): Promise<unknown>;
   logger?: Logger | undefined;
@@ -123,6 +133,28 @@ export class FastLane {
     return null;
   }
 
+  /**
+   * A read of an id that waits for the storage (PostgreSQL, or SQLite behind a transaction) may
+   * find nothing and be handed to Fastify to answer 404: meanwhile it holds a unit of the 404
+   * budget, as Fastify's hook would, so that requests from the same address arriving meanwhile
+   * are judged as Fastify judges them. The unit is given back before the answer or the handing
+   * over (where Fastify's hook takes one of its own).
+   */
+  private held<T>(req: IncomingMessage, read: Promise<T>): Promise<T> {
+    const release = this.deps.holdWhileReading(req.socket.remoteAddress ?? '');
+    if (release === null) return read;
+    return read.then(
+      (value) => {
+        release();
+        return value;
+      },
+      (err: unknown) => {
+        release();
+        throw err;
+      },
+    );
+  }
+
   /** A key's create with a JSON body of a stated length the lane reads at once. */
   private isPlainCreate(headers: IncomingMessage['headers']): boolean {
     if (!this.deps.apiEnabled || typeof headers['x-api-key'] !== 'string') return false;
@@ -144,19 +176,20 @@ export class FastLane {
    */
   serve(lane: Lane, req: IncomingMessage, res: ServerResponse): boolean | Promise<boolean> {
     const started = process.hrtime.bigint();
-    if (!this.deps.admits(req.socket.remoteAddress ?? '')) return false;
+    const named = lane === 'raw' || lane === 'view' || lane === 'api';
+    if (!this.deps.admits(req.socket.remoteAddress ?? '', named)) return false;
     const url = req.url as string;
     if (lane === 'raw') {
       const content = this.deps.pastes.plainContent(url.slice(RAW_PREFIX.length));
       if (typeof content === 'string') return this.sendRaw(req, res, content, started);
       if (content === null) return false;
-      return content.then((later) => later !== null && this.sendRaw(req, res, later, started));
+      return this.held(req, content).then((later) => later !== null && this.sendRaw(req, res, later, started));
     }
     if (lane === 'view') {
       const paste = this.deps.pastes.plainPasteNow(url.slice(VIEW_PREFIX.length));
       if (paste === null) return false;
       if (!(paste instanceof Promise)) return this.sendPage(req, res, paste, started);
-      return paste.then((later) => later !== null && this.sendPage(req, res, later, started));
+      return this.held(req, paste).then((later) => later !== null && this.sendPage(req, res, later, started));
     }
     const key = this.deps.keys.cachedActiveKey(req.headers['x-api-key'] as string);
     if (!key) return false;
@@ -305,7 +338,7 @@ export class FastLane {
     const paste = this.deps.pastes.plainPasteNow(url.slice(API_PREFIX.length));
     if (paste === null) return false;
     if (paste instanceof Promise) {
-      return paste.then((later) => later !== null && this.answerApi(req, res, key, later, started));
+      return this.held(req, paste).then((later) => later !== null && this.answerApi(req, res, key, later, started));
     }
     return this.answerApi(req, res, key, paste, started);
   }

@@ -102,15 +102,33 @@ export class NotFoundThrottle {
    * one unit until `release`. Returns what `release` takes.
    */
   admit(address: string): string {
+    const bucket = bucketOf(address);
+    const running = this.roomFor(bucket);
+    this.running.set(bucket, running + 1);
+    return bucket;
+  }
+
+  /**
+   * Throws as `admit` would, without holding a unit: for a request with a parameter answered only
+   * when what it names is found (the fast lane's reads, which hand a miss to Fastify, where
+   * `admit` holds it).
+   */
+  checkAdmissible(address: string): void {
+    if (this.options.limitPerMinute <= 0) return;
+    this.now();
+    if (this.counts.size === 0 && this.running.size === 0) return;
+    this.roomFor(bucketOf(address));
+  }
+
+  /** Throws 429 as `admit` does; returns the bucket's requests running. */
+  private roomFor(bucket: string): number {
     const limit = this.options.limitPerMinute;
     const now = this.now();
-    const bucket = bucketOf(address);
     const used = this.counts.get(bucket) ?? 0;
     const running = this.running.get(bucket) ?? 0;
     if (used >= limit) throw this.refuse(now, true);
     if (used + running >= limit) throw this.refuse(now, false);
-    this.running.set(bucket, running + 1);
-    return bucket;
+    return running;
   }
 
   /** After a request admitted by `admit`: gives the unit back, and counts the answer if it was a 404. */
