@@ -1073,6 +1073,21 @@ describe('the fast lane', () => {
       assert.equal(laneRaw.status, 200);
       assert.deepEqual(comparable(laneRaw.headers), comparable(frameworkRaw.headers));
       assert.equal(await laneRaw.text(), await frameworkRaw.text());
+      // The lane's line names the request and its client as the framework's lines do.
+      const entries = lines.map((line) => JSON.parse(line));
+      const laneLine = entries.find((entry) => entry.lane === 'fast' && entry.req.url === `/raw/${plain}`);
+      const frameworkLine = entries.find(
+        (entry) => entry.msg === 'incoming request' && entry.req.url === `/raw/${plain}?via=framework`,
+      );
+      assert.match(laneLine.reqId, /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/);
+      assert.notEqual(laneLine.reqId, frameworkLine.reqId);
+      assert.deepEqual(Object.keys(laneLine.req).sort(), Object.keys(frameworkLine.req).sort());
+      assert.deepEqual(
+        { ...laneLine.req, url: null, remotePort: null },
+        { ...frameworkLine.req, url: null, remotePort: null },
+      );
+      assert.equal(laneLine.req.remoteAddress, '127.0.0.1');
+      assert.equal(typeof laneLine.req.remotePort, 'number');
 
       // By id with a key (looked up within the second): the lane.
       await lookedUpAgain(server, key);
