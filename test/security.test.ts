@@ -1314,3 +1314,43 @@ describe('NotFoundThrottle', () => {
     assert.throws(() => a.check('192.0.2.9'), { code: 'rate_limited' }, 'the other instance learns it at its next 404');
   });
 });
+
+describe('a request Node cannot parse, pipelined behind whole ones', () => {
+  it('is refused (400, connection closed) only after the requests before it are answered, lane and framework alike', async (t) => {
+    const server = await startServer();
+    t.after(() => server.close());
+    const key = await server.createKey({ name: 'pipeliner' });
+    const id = await createPaste(server, key, { content: 'answered before the broken one' });
+    await request(`${server.url}/api/v1/paste/${id}`, { headers: { 'x-api-key': key } }); // the key looked up
+    const get = (path: string) => `GET ${path} HTTP/1.1\r\nHost: 127.0.0.1\r\nX-API-Key: ${key}\r\n\r\n`;
+    const answers = await pipelinedAnswers(server.url, [
+      get(`/raw/${id}`), // the fast lane
+      get(`/raw/${id}?via=framework`),
+      get(`/api/v1/paste/${id}`), // the fast lane
+      'BLAH BLAH\r\n\r\n',
+    ]);
+    assert.deepEqual(
+      answers.map((answer) => answer.status),
+      [200, 200, 200, 400],
+    );
+    assert.equal(answers[0]?.body, 'answered before the broken one');
+    assert.equal(answers[1]?.body, 'answered before the broken one');
+    assert.equal(JSON.parse(answers[2]?.body as string).data.content, 'answered before the broken one');
+    assert.match(answers[3]?.head as string, /\r\nconnection: close/);
+    expectError({ status: 400, body: JSON.parse(answers[3]?.body as string) }, 400, 'invalid_request');
+  });
+
+  it('a body that breaks the framing of its own request is refused at once, not after its time-out', async (t) => {
+    const server = await startServer();
+    t.after(() => server.close());
+    const started = performance.now();
+    const answers = await pipelinedAnswers(server.url, [
+      'POST /api/v1/cli HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nhello\r\n0\r\n\r\n',
+    ]);
+    assert.deepEqual(
+      answers.map((answer) => answer.status),
+      [400],
+    );
+    assert.ok(performance.now() - started < 2000, 'refused within 2 s');
+  });
+});

@@ -23,7 +23,18 @@ function errorFor(code: string | undefined): AppError {
   return new AppError('invalid_request', 'The request is not valid HTTP.');
 }
 
-/** Fastify's clientErrorHandler: the answer written straight to the socket, then closed. */
+/** The answer Node's server is writing on the socket (its own field), while one is unfinished. */
+function answerInFlight(socket: Socket): ServerResponse | null {
+  const current = (socket as Socket & { _httpMessage?: ServerResponse | null })._httpMessage;
+  return current && !current.writableFinished ? current : null;
+}
+
+/**
+ * Fastify's clientErrorHandler: the answer written straight to the socket, then closed. Whole
+ * requests pipelined before the broken one are answered first (Node answers a connection's
+ * requests in order, one at a time): the refusal goes out once the last of their answers is
+ * finished, where Node's own handler would close the connection under them.
+ */
 export function answerClientError(this: FastifyInstance, err: Error & { code?: string }, socket: Socket): void {
   if (err.code === 'ECONNRESET' || err.code === 'EPIPE' || !socket.writable) {
     socket.destroy();
@@ -31,7 +42,28 @@ export function answerClientError(this: FastifyInstance, err: Error & { code?: s
   }
   // As Fastify's own handler does; the raw packet (headers included) is redacted (app.ts).
   this.log.trace({ err }, 'client error');
-  const error = errorFor(err.code);
+  refuseAfterAnswers(socket, errorFor(err.code));
+}
+
+function refuseAfterAnswers(socket: Socket, error: AppError): void {
+  const inFlight = answerInFlight(socket);
+  // A request whose own body broke the parser is never complete: refused at once, as before.
+  if (inFlight?.req.complete) {
+    // Node hands the connection to the next queued answer as this one finishes: look again then.
+    inFlight.once('finish', () => setImmediate(() => refuseAfterAnswers(socket, error)));
+    inFlight.once('close', () => {
+      if (!inFlight.writableFinished) socket.destroy();
+    });
+    return;
+  }
+  if (!socket.writable) {
+    socket.destroy();
+    return;
+  }
+  writeRefusal(socket, error);
+}
+
+function writeRefusal(socket: Socket, error: AppError): void {
   const body = envelope(error);
   const headers = {
     ...SECURITY_HEADERS,
