@@ -51,6 +51,9 @@ export interface ServiceOptions {
 const silentLogger = { info() {}, warn() {}, error() {} };
 
 /** A Redis client that fails fast instead of queueing commands while disconnected. */
+/** How long a Redis command may go unanswered before its request is 503. */
+export const REDIS_COMMAND_TIMEOUT_MS = 1000;
+
 function connectRedis(url: string): Redis {
   // Loaded only when REDIS_URL is set (the client costs 13 MB of memory).
   const { Redis } = createRequire(import.meta.url)('ioredis') as typeof import('ioredis');
@@ -63,6 +66,12 @@ function connectRedis(url: string): Redis {
     // RJ when each window was a command of its own, three rounds each.
     enableAutoPipelining: true,
     retryStrategy: (attempt) => Math.min(attempt * 200, 2000),
+    // A Redis that stops answering (connected, silent) fails each command in this time (503),
+    // as PostgreSQL's queries do, instead of holding every counted request until it answers.
+    commandTimeout: REDIS_COMMAND_TIMEOUT_MS,
+    // A quota script in flight when the connection drops may have run already: sent again after
+    // the reconnect it would count its requests twice (D20: limits hold exactly). It fails (503).
+    autoResendUnfulfilledCommands: false,
   });
   // Connection errors are reported by the commands that fail; the client keeps reconnecting.
   redis.on('error', () => {});

@@ -6,9 +6,10 @@
 import assert from 'node:assert/strict';
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
 import { createServer, type Server } from 'node:http';
-import { connect } from 'node:net';
+import { connect, createServer as createTcpServer, type Socket } from 'node:net';
 import { after, before, describe, it } from 'node:test';
 import pg from 'pg';
+import { REDIS_COMMAND_TIMEOUT_MS } from '../src/services.js';
 import { freePort, freshDatabase } from './helpers.js';
 import { fastpaste, type ServerProcess, startServerProcess } from './server-process.js';
 
@@ -169,6 +170,128 @@ describe('two instances on one PostgreSQL and one Redis', { skip }, () => {
     assert.equal(new Set(got.map((g) => g.id)).size, 100);
     assert.deepEqual(new Set(got.map((g) => g.pasteId)), new Set(ids));
   });
+});
+
+/**
+ * A TCP proxy in front of the test's Redis that can hold Redis's replies back (the connection
+ * stays up, nothing comes back: a Redis that stops answering) and drop every connection.
+ */
+async function redisProxy(target: URL): Promise<{ url: string; stall(): void; drop(): void; close(): void }> {
+  const sockets = new Set<Socket>();
+  let stalled = false;
+  const server = createTcpServer((client) => {
+    const upstream = connect(Number(target.port || 6379), target.hostname);
+    for (const socket of [client, upstream]) {
+      sockets.add(socket);
+      socket.on('error', () => {});
+      socket.on('close', () => {
+        sockets.delete(socket);
+        client.destroy();
+        upstream.destroy();
+      });
+    }
+    client.on('data', (data) => upstream.write(data));
+    upstream.on('data', (data) => {
+      if (!stalled) client.write(data);
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const address = server.address();
+  const port = typeof address === 'object' && address ? address.port : 0;
+  return {
+    url: `redis://127.0.0.1:${port}${target.pathname}`,
+    stall: () => {
+      stalled = true;
+    },
+    drop: () => {
+      stalled = false;
+      for (const socket of sockets) socket.destroy();
+    },
+    close: () => {
+      for (const socket of sockets) socket.destroy();
+      server.close();
+    },
+  };
+}
+
+/**
+ * A server process on a database of its own whose Redis is reached through `redisProxy`, a key
+ * of `hourly` requests, and `list`: that key's GET /api/v1/pastes (the fast lane).
+ */
+async function withProxiedRedis(
+  hourly: number,
+  test: (setup: {
+    server: ServerProcess;
+    key: string;
+    proxy: Awaited<ReturnType<typeof redisProxy>>;
+    list: () => Promise<Response>;
+  }) => Promise<void>,
+): Promise<void> {
+  const proxy = await redisProxy(new URL(TEST_REDIS as string));
+  const db = await freshDatabase();
+  const env = { DATABASE_URL: db.url, REDIS_URL: proxy.url };
+  let server: ServerProcess | undefined;
+  try {
+    const key = await createKey(env, ['--hourly', String(hourly)]);
+    const started = await startServerProcess(env);
+    server = started;
+    const list = () => fetch(`${started.url}/api/v1/pastes`, { headers: { 'x-api-key': key } });
+    await test({ server: started, key, proxy, list });
+  } finally {
+    await server?.stop();
+    proxy.close();
+    await db.drop();
+  }
+}
+
+describe('a Redis that stops answering', { skip }, () => {
+  it('fails counted requests with 503 within seconds, never holds them; served again once it answers', () =>
+    withProxiedRedis(100_000, async ({ server, key, proxy, list }) => {
+      assert.equal((await list()).status, 200);
+      proxy.stall();
+      const started = Date.now();
+      // Never held until Redis answers: the test gives up after 10 s.
+      const signal = AbortSignal.timeout(10_000);
+      const answers = await Promise.all([
+        fetch(`${server.url}/api/v1/pastes`, { headers: { 'x-api-key': key }, signal }), // the fast lane
+        fetch(`${server.url}/api/v1/pastes?via=framework`, { headers: { 'x-api-key': key }, signal }),
+        fetch(`${server.url}/api/v1/cli`, { method: 'POST', body: 'anonymous, counted per address', signal }),
+      ]);
+      const took = Date.now() - started;
+      for (const answer of answers) {
+        assert.equal(answer.status, 503);
+        assert.equal(((await answer.json()) as { code: string }).code, 'service_unavailable');
+      }
+      // ioredis sends one automatic pipeline at a time: a request waits for the one out (timed
+      // out after REDIS_COMMAND_TIMEOUT_MS) and its own, and the lane's refusal is not tried
+      // again by Fastify (which would add its own wait).
+      assert.ok(took < 2.5 * REDIS_COMMAND_TIMEOUT_MS, `answered in ${took} ms`);
+      proxy.drop(); // the connection made again answers
+      await until(async () => ((await list()).status === 200 ? true : undefined), 15_000, 'recovery');
+    }));
+
+  it('a quota script cut off with its connection is not sent again: no request is counted twice', () =>
+    withProxiedRedis(1000, async ({ proxy, list }) => {
+      const remaining = async () => {
+        const answer = await list();
+        assert.equal(answer.status, 200);
+        return Number(answer.headers.get('ratelimit-remaining'));
+      };
+      const before = await remaining();
+      // Five counted requests whose scripts reach Redis and run; their replies are held back.
+      proxy.stall();
+      const pending = Array.from({ length: 5 }, () => list());
+      await new Promise((resolve) => setTimeout(resolve, 500));
+      proxy.drop();
+      const statuses = await Promise.all(pending.map(async (answer) => (await answer).status));
+      const served = statuses.filter((status) => status === 200).length;
+      for (const status of statuses) assert.ok(status === 200 || status === 503, `status ${status}`);
+      const after = await until(async () => remaining().catch(() => undefined), 15_000, 'recovery');
+      // Counted: each of the five once (their scripts ran), and the read of `after` itself.
+      const counted = before - after - 1;
+      assert.ok(counted <= 5, `5 requests (${served} served) counted ${counted} times`);
+      assert.ok(counted >= served, `${served} served, ${counted} counted`);
+    }));
 });
 
 describe('a backend that goes away gives fast 503s and the instance heals by itself', { skip }, () => {

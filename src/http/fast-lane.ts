@@ -27,7 +27,7 @@ import type { QuotaService } from '../keys/quota-service.js';
 import type { Paste } from '../pastes/paste.js';
 import type { PastePresenter } from '../pastes/paste-presenter.js';
 import type { PasteService, Read } from '../pastes/paste-service.js';
-import { markQuotaCounted } from './api/authentication.js';
+import { markQuotaCounted, markQuotaRefused } from './api/authentication.js';
 import { readPagination } from './api/pagination.js';
 import { errorEnvelope, logAnswered, toAppError } from './error-presenter.js';
 import { readLimited } from './request-bodies.js';
@@ -211,7 +211,7 @@ export class FastLane {
     key: ApiKey,
     started: bigint,
   ): boolean | Promise<boolean> {
-    return this.whenCounted(key, (quotaHeaders) =>
+    return this.whenCounted(req, key, (quotaHeaders) =>
       readLimited(req, LANE_BODY_LIMIT)
         .then((body) => this.deps.createFromJson(body, key, req.socket.remoteAddress ?? ''))
         .then(
@@ -281,7 +281,7 @@ export class FastLane {
       return false; // out of range: Fastify answers the 400
     }
     const { page, limit } = pagination;
-    return this.whenCounted(key, (quotaHeaders) => {
+    return this.whenCounted(req, key, (quotaHeaders) => {
       // Counted before the read, as the route counts it: a key over its quota costs no read.
       // Should the read or the answer fail, Fastify answers without counting it again.
       markQuotaCounted(req, quotaHeaders);
@@ -298,13 +298,18 @@ export class FastLane {
    * when the quota refuses (its count given back) or its store fails: Fastify answers it.
    */
   private whenCounted(
+    req: IncomingMessage,
     key: ApiKey,
     answer: (quotaHeaders: Record<string, string>) => boolean | Promise<boolean>,
   ): boolean | Promise<boolean> {
     const subject = `key:${key.id}`;
     const quotaHeaders = this.deps.quota.consumeNow(subject, key.limits);
     if (quotaHeaders) return answer(quotaHeaders);
-    return this.deps.quota.consume(subject, key.limits).then(answer, () => false);
+    return this.deps.quota.consume(subject, key.limits).then(answer, (refusal: unknown) => {
+      // Fastify answers it as the quota did here, without counting it again.
+      markQuotaRefused(req, refusal);
+      return false;
+    });
   }
 
   private sendPage(req: IncomingMessage, res: ServerResponse, paste: Paste, started: bigint): true {
@@ -350,7 +355,7 @@ export class FastLane {
     // The answer is built before anything is counted: a build that throws hands the request to
     // Fastify with neither its quota nor its view counted here.
     const body = this.detailBody(paste);
-    return this.whenCounted(key, (quotaHeaders) => {
+    return this.whenCounted(req, key, (quotaHeaders) => {
       this.sendDetail(req, res, paste, body, started, quotaHeaders);
       return true;
     });

@@ -23,7 +23,9 @@ export interface AccessDeps {
 
 /** Where the fast lane leaves the quota headers of a request it counted and then handed over. */
 const COUNTED_BY_LANE = Symbol('quota counted by the fast lane');
-type Marked = { [COUNTED_BY_LANE]?: Record<string, string> };
+/** Where it leaves the quota's refusal or failure of a request it then handed over. */
+const REFUSED_IN_LANE = Symbol('quota refused or failed in the fast lane');
+type Marked = { [COUNTED_BY_LANE]?: Record<string, string>; [REFUSED_IN_LANE]?: unknown };
 
 /**
  * The fast lane counted this request's quota, then handed it to Fastify (its read or answer
@@ -31,6 +33,15 @@ type Marked = { [COUNTED_BY_LANE]?: Record<string, string> };
  */
 export function markQuotaCounted(req: IncomingMessage, headers: Record<string, string>): void {
   (req as IncomingMessage & Marked)[COUNTED_BY_LANE] = headers;
+}
+
+/**
+ * The quota refused this request in the fast lane (429), or its store failed (503): admitKey
+ * answers the same instead of counting it again. A count whose store failed may have been made
+ * all the same (a reply lost on the wire), and a second try would wait out the store again.
+ */
+export function markQuotaRefused(req: IncomingMessage, refusal: unknown): void {
+  (req as IncomingMessage & Marked)[REFUSED_IN_LANE] = refusal;
 }
 
 function presentedKey(request: FastifyRequest): string | undefined {
@@ -48,9 +59,11 @@ async function admitKey(deps: AccessDeps, request: FastifyRequest, reply: Fastif
   const key =
     (presented !== undefined && deps.keys.cachedActiveKey(presented)) || (await deps.keys.authenticate(presented));
   request.apiKey = key;
+  const marked = request.raw as IncomingMessage & Marked;
+  if (marked[REFUSED_IN_LANE] !== undefined) throw marked[REFUSED_IN_LANE];
   const subject = `key:${key.id}`;
   reply.headers(
-    (request.raw as IncomingMessage & Marked)[COUNTED_BY_LANE] ??
+    marked[COUNTED_BY_LANE] ??
       deps.quota.consumeNow(subject, key.limits) ??
       (await deps.quota.consume(subject, key.limits)),
   );
