@@ -20,7 +20,7 @@ import { FastLane, serverWithFastLane } from '../src/http/fast-lane.js';
 import { KEY_CACHE_MS } from '../src/keys/key-service.js';
 import { OwnerListing } from '../src/pastes/owner-listing.js';
 import type { Paste } from '../src/pastes/paste.js';
-import { openStorage } from '../src/storage/database.js';
+import { openStorage, STATEMENT_TIMEOUT_MS } from '../src/storage/database.js';
 import { type PgConnection, runDescribed } from '../src/storage/described-statement.js';
 import { migrateToLatest } from '../src/storage/migrations.js';
 import { PasteRepository } from '../src/storage/paste-repository.js';
@@ -536,6 +536,42 @@ describe('list pages of one turn in one query (PostgreSQL)', () => {
   });
 });
 
+/**
+ * On PostgreSQL (skipped on SQLite, which has no statement time-out: `why`), a server and
+ * `lockPastes`: another session's ACCESS EXCLUSIVE lock on the pastes table, held until `unlock`
+ * or the test's end.
+ */
+async function withPastesLockable(
+  t: { skip(message: string): void },
+  why: string,
+  test: (server: TestServer, lock: { lockPastes(): Promise<void>; unlock(): Promise<void> }) => Promise<void>,
+): Promise<void> {
+  const server = await startServer();
+  if (server.services.storage.sqlite) {
+    t.skip(`PostgreSQL only (${why})`);
+    await server.close();
+    return;
+  }
+  const other = new pg.Client({ connectionString: server.databaseUrl });
+  try {
+    await other.connect();
+    const lock = {
+      lockPastes: async () => {
+        await other.query('BEGIN');
+        await other.query('LOCK TABLE pastes IN ACCESS EXCLUSIVE MODE');
+      },
+      unlock: async () => {
+        await other.query('COMMIT');
+      },
+    };
+    await test(server, lock);
+  } finally {
+    await other.query('ROLLBACK').catch(() => {});
+    await other.end().catch(() => {});
+    await server.close();
+  }
+}
+
 describe('group commit on PostgreSQL, two turns in flight', () => {
   it('a turn waiting on a row lock does not hold back the next; the waiting insert then finds its id taken', async (t) => {
     const server = await startServer();
@@ -584,6 +620,75 @@ describe('group commit on PostgreSQL, two turns in flight', () => {
       await server.close();
     }
   });
+
+  it('a create held past the time-out by a lock is 503 and stores nothing: PostgreSQL cancels it before the client gives up', (t) =>
+    withPastesLockable(
+      t,
+      'SQLite writes on the server connection, with no time-out of its own',
+      async (server, lock) => {
+        const key = await server.createKey({ hourly: 100 });
+        await request(`${server.url}/api/v1/pastes`, { headers: { 'x-api-key': key } }); // the key looked up
+        await lock.lockPastes();
+        const started = Date.now();
+        const creates = await Promise.all(
+          ['the fast lane', 'the framework'].map((via) =>
+            request(`${server.url}/api/v1/paste`, {
+              method: 'POST',
+              headers: {
+                'x-api-key': key,
+                'content-type': via === 'the fast lane' ? 'application/json' : 'application/json;charset=utf-8',
+              },
+              json: { content: `held by a lock, through ${via}` },
+            }),
+          ),
+        );
+        for (const answer of creates) {
+          assert.equal(answer.status, 503, answer.text);
+          assert.equal(answer.body.code, 'service_unavailable');
+        }
+        t.diagnostic(`503 after ${Date.now() - started} ms`);
+        // The lock held past the client's own time-out, then let go: nothing left to commit.
+        await new Promise((resolve) =>
+          setTimeout(resolve, Math.max(0, STATEMENT_TIMEOUT_MS + 1500 - (Date.now() - started))),
+        );
+        await lock.unlock();
+        await new Promise((resolve) => setTimeout(resolve, 500));
+        const [row] = await server.sql<{ n: string }>(
+          "SELECT count(*) AS n FROM pastes WHERE content LIKE 'held by a lock%'",
+        );
+        assert.equal(Number(row?.n), 0, 'a create answered 503 was stored');
+      },
+    ));
+
+  it('a fast-lane read cut off by the statement time-out is 503 at once, not read again by the framework', (t) =>
+    withPastesLockable(
+      t,
+      'SQLite reads on the server connection, with no time-out of its own',
+      async (server, lock) => {
+        const key = await server.createKey({ hourly: 100 });
+        const created = await request(`${server.url}/api/v1/paste`, {
+          method: 'POST',
+          headers: { 'x-api-key': key },
+          json: { content: 'read while the table is locked' },
+        });
+        const id = created.body.data.paste_id as string;
+        await lock.lockPastes();
+        const timed = async (path: string) => {
+          const started = Date.now();
+          const answer = await request(`${server.url}${path}`);
+          return { answer, ms: Date.now() - started };
+        };
+        const [lane, framework] = await Promise.all([timed(`/raw/${id}`), timed(`/raw/${id}?via=framework`)]);
+        for (const { answer } of [lane, framework]) {
+          assert.equal(answer.status, 503, answer.text);
+          assert.equal(answer.body.code, 'service_unavailable');
+          assert.equal(answer.headers.get('retry-after'), '2');
+        }
+        t.diagnostic(`503 after ${lane.ms} ms in the lane, ${framework.ms} ms through the framework`);
+        // Handed over, the lane's read would wait out a second time-out in the framework.
+        assert.ok(lane.ms < 1.5 * STATEMENT_TIMEOUT_MS, `the lane answered after ${lane.ms} ms`);
+      },
+    ));
 
   it('two instances creating the same ids in overlapping turns: every create answered, each id stored once and taken once', async (t) => {
     const db = await freshDatabase();

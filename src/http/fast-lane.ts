@@ -27,6 +27,7 @@ import type { QuotaService } from '../keys/quota-service.js';
 import type { Paste } from '../pastes/paste.js';
 import type { PastePresenter } from '../pastes/paste-presenter.js';
 import type { PasteService, Read } from '../pastes/paste-service.js';
+import { isBackendUnavailable } from '../storage/unavailable.js';
 import { markQuotaCounted, markQuotaRefused } from './api/authentication.js';
 import { readPagination } from './api/pagination.js';
 import { errorEnvelope, logAnswered, toAppError } from './error-presenter.js';
@@ -403,6 +404,19 @@ export class FastLane {
   }
 
   /**
+   * A read of the lane that failed because a backend is out of reach (PostgreSQL not answering in
+   * time, say) is answered 503 here, as the route would answer it: handed over, it would be read
+   * again and wait out the same time-out a second time, adding load to a struggling database.
+   * False, with nothing answered, for any other failure (Fastify answers it) and for a create,
+   * which answers its own failures.
+   */
+  answeredUnavailable(req: IncomingMessage, res: ServerResponse, err: unknown, started: bigint): boolean {
+    if (req.method !== 'GET' || !isBackendUnavailable(err)) return false;
+    this.answerFailure(req, res, err, started, {});
+    return true;
+  }
+
+  /**
    * Logs a read or answer of the lane that threw or was rejected (the storage failing, say):
    * Fastify answers the request in its place, and its answer alone would hide the failure. At
    * most one line in FAILURE_LOG_INTERVAL_MS, with `alsoFailed`: the failures left out before it.
@@ -468,6 +482,7 @@ export function serverWithFastLane(lane: FastLane): FastifyServerFactory {
         handler(req, res);
         return;
       }
+      const started = process.hrtime.bigint();
       let answer: boolean | Promise<boolean>;
       try {
         answer = lane.serve(which, req, res);
@@ -486,7 +501,7 @@ export function serverWithFastLane(lane: FastLane): FastifyServerFactory {
         },
         (err: unknown) => {
           lane.failed(req, err);
-          if (!res.headersSent) handler(req, res);
+          if (!res.headersSent && !lane.answeredUnavailable(req, res, err, started)) handler(req, res);
         },
       );
     });

@@ -113,6 +113,9 @@ function withStatementCache(sqlite: BetterSqlite3.Database) {
   };
 }
 
+/** How long PostgreSQL runs a statement (lock waits included) before it cancels it. */
+export const STATEMENT_TIMEOUT_MS = 4000;
+
 function openPostgres(url: string): Storage {
   const pg = loadPg();
   // bigint columns (times) come back as numbers: every value we store fits in 2^53.
@@ -122,9 +125,13 @@ function openPostgres(url: string): Storage {
     max: 10,
     connectionTimeoutMillis: 3000,
     idleTimeoutMillis: 30_000,
-    statement_timeout: 10_000,
+    // PostgreSQL cancels a statement (57014, a 503) before the client gives up on it: a
+    // statement the client stopped waiting for would still run once its locks were free and
+    // commit a create answered 503 (a client trying again would store it twice) or a flush of
+    // view counts written again.
+    statement_timeout: STATEMENT_TIMEOUT_MS,
     // A server that stops answering (not refusing) must not hang a request either.
-    query_timeout: 5000,
+    query_timeout: STATEMENT_TIMEOUT_MS + 1000,
   });
   // A lost connection must not crash the process; the next query reports it.
   pool.on('error', () => {});

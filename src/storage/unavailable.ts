@@ -19,9 +19,10 @@ export function isBackendUnavailable(err: unknown): boolean {
   const { code, message } = err as { code?: unknown; message?: unknown };
   if (typeof code === 'string') {
     if (NETWORK_CODES.has(code)) return true;
-    // PostgreSQL: connection exceptions (08), operator intervention (57P01-03: shutdown),
-    // insufficient resources (53).
-    if (/^(08|53)/.test(code) || /^57P0[1-3]$/.test(code)) return true;
+    // PostgreSQL: connection exceptions (08), operator intervention (57P01-03: shutdown; 57014:
+    // a statement cancelled at statement_timeout), a lock not had in time (55P03), insufficient
+    // resources (53).
+    if (/^(08|53)/.test(code) || /^57P0[1-3]$/.test(code) || code === '57014' || code === '55P03') return true;
     if (code === 'SQLITE_BUSY' || code === 'SQLITE_LOCKED') return true;
   }
   if (typeof message === 'string') {
