@@ -14,7 +14,7 @@ import { createFromJson, registerPasteRoutes } from './http/api/paste-routes.js'
 import { answerClientError, answerUnmetExpectations } from './http/client-errors.js';
 import { sendError } from './http/error-presenter.js';
 import { askForBodiesWhenAdmitted } from './http/expect-continue.js';
-import { FastLane, serverWithFastLane } from './http/fast-lane.js';
+import { answerLaneReadFailures, FastLane, serverWithFastLane } from './http/fast-lane.js';
 import { type NotFoundThrottle, registerNotFoundThrottle } from './http/not-found-throttle.js';
 import { type JsonBodyParser, registerBodyParsers } from './http/request-bodies.js';
 import { SECURITY_HEADERS } from './http/security-headers.js';
@@ -193,6 +193,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   throttle = registerNotFoundThrottle(app, { limitPerMinute: config.notFoundLimitPerMinute, clock: services.clock });
   registerUploadSlots(app);
   askForBodiesWhenAdmitted(app);
+  answerLaneReadFailures(app);
   parseJson = await registerBodyParsers(app);
   const presenter = services.presenter;
   await registerPasteRoutes(app, apiDeps);

@@ -40,10 +40,16 @@ export function answerClientError(this: FastifyInstance, err: Error & { code?: s
     socket.destroy();
     return;
   }
+  // Node's parser reports its error again for every chunk the client sends after it: one refusal.
+  if (refusing.has(socket)) return;
+  refusing.add(socket);
   // As Fastify's own handler does; the raw packet (headers included) is redacted (app.ts).
   this.log.trace({ err }, 'client error');
   refuseAfterAnswers(socket, errorFor(err.code));
 }
+
+/** Connections whose refusal is written or waits for the answers before it. */
+const refusing = new WeakSet<Socket>();
 
 function refuseAfterAnswers(socket: Socket, error: AppError): void {
   const inFlight = answerInFlight(socket);

@@ -7,26 +7,21 @@
  * slot (upload-slots.ts), as the body's parsing begins. A request answered before that gets its
  * final answer without a 100, and Node closes its connection (the body was never asked for).
  */
+import type { IncomingMessage } from 'node:http';
 import type { FastifyInstance } from 'fastify';
-
-const CONTINUE = /^100-continue$/i;
 
 /** Registered after every preParsing hook that may make a body wait (the upload slots). */
 export function askForBodiesWhenAdmitted(app: FastifyInstance): void {
+  // The requests Node left the 100 to us for (its own reading of the Expect header).
+  const waiting = new WeakSet<IncomingMessage>();
   // With a listener, Node leaves the 100 to it: the request is served as any other.
-  app.server.on('checkContinue', (req, res) => app.server.emit('request', req, res));
+  app.server.on('checkContinue', (req, res) => {
+    waiting.add(req);
+    app.server.emit('request', req, res);
+  });
   // A callback hook: every request with a body passes here.
   app.addHook('preParsing', (request, reply, payload, done) => {
-    const expect = request.headers.expect;
-    if (
-      expect !== undefined &&
-      request.raw.httpVersion === '1.1' &&
-      CONTINUE.test(expect.trim()) &&
-      !request.is404 &&
-      !reply.raw.headersSent
-    ) {
-      reply.raw.writeContinue();
-    }
+    if (waiting.has(request.raw) && !request.is404 && !reply.raw.headersSent) reply.raw.writeContinue();
     done(null, payload);
   });
 }

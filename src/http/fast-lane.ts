@@ -20,7 +20,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import http, { type IncomingMessage, type ServerResponse } from 'node:http';
-import type { FastifyServerFactory, FastifyServerFactoryHandler, FastifyServerOptions } from 'fastify';
+import type { FastifyInstance, FastifyServerFactory, FastifyServerFactoryHandler, FastifyServerOptions } from 'fastify';
 import type { Logger } from 'pino';
 import type { ApiKey, KeyService } from '../keys/key-service.js';
 import type { QuotaService } from '../keys/quota-service.js';
@@ -404,19 +404,6 @@ export class FastLane {
   }
 
   /**
-   * A read of the lane that failed because a backend is out of reach (PostgreSQL not answering in
-   * time, say) is answered 503 here, as the route would answer it: handed over, it would be read
-   * again and wait out the same time-out a second time, adding load to a struggling database.
-   * False, with nothing answered, for any other failure (Fastify answers it) and for a create,
-   * which answers its own failures.
-   */
-  answeredUnavailable(req: IncomingMessage, res: ServerResponse, err: unknown, started: bigint): boolean {
-    if (req.method !== 'GET' || !isBackendUnavailable(err)) return false;
-    this.answerFailure(req, res, err, started, {});
-    return true;
-  }
-
-  /**
    * Logs a read or answer of the lane that threw or was rejected (the storage failing, say):
    * Fastify answers the request in its place, and its answer alone would hide the failure. At
    * most one line in FAILURE_LOG_INTERVAL_MS, with `alsoFailed`: the failures left out before it.
@@ -470,6 +457,30 @@ function loggedRequest(req: IncomingMessage): Record<string, unknown> {
   };
 }
 
+/** Where a read of the lane that failed for a backend out of reach leaves its failure. */
+const READ_FAILED = Symbol('read failed in the fast lane');
+type ReadFailed = { [READ_FAILED]?: Error };
+
+function markReadFailed(req: IncomingMessage, err: unknown): void {
+  (req as IncomingMessage & ReadFailed)[READ_FAILED] = err as Error;
+}
+
+/**
+ * A read of the lane that failed because a backend is out of reach (PostgreSQL's statement
+ * time-out, a lost connection) is handed to Fastify marked with its failure: the route's hooks
+ * run as always (the key, its quota, the 404 budget), and then, rather than reading again and
+ * waiting out the same time-out a second time on a struggling database, the request is answered
+ * with that failure, as the route's read would have failed: the error page for a browser on
+ * /view, the quota's headers on the API.
+ */
+export function answerLaneReadFailures(app: FastifyInstance): void {
+  app.addHook('preHandler', (request, _reply, done) => {
+    const failed = (request.raw as IncomingMessage & ReadFailed)[READ_FAILED];
+    if (failed === undefined) done();
+    else done(failed);
+  });
+}
+
 /**
  * Fastify's server factory with the lane in front: the HTTP server Fastify would make (the same
  * time-outs), whose requests try the lane first.
@@ -482,7 +493,6 @@ export function serverWithFastLane(lane: FastLane): FastifyServerFactory {
         handler(req, res);
         return;
       }
-      const started = process.hrtime.bigint();
       let answer: boolean | Promise<boolean>;
       try {
         answer = lane.serve(which, req, res);
@@ -501,7 +511,9 @@ export function serverWithFastLane(lane: FastLane): FastifyServerFactory {
         },
         (err: unknown) => {
           lane.failed(req, err);
-          if (!res.headersSent && !lane.answeredUnavailable(req, res, err, started)) handler(req, res);
+          if (res.headersSent) return;
+          if (req.method === 'GET' && isBackendUnavailable(err)) markReadFailed(req, err);
+          handler(req, res);
         },
       );
     });
