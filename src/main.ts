@@ -12,7 +12,7 @@ import { migrateToLatest } from './storage/migrations.js';
 export async function serve(config: Config): Promise<void> {
   tuneHeapFor(config.databaseUrl);
   const storage = openStorage(config.databaseUrl, { backgroundCheckpoints: true });
-  await migrateToLatest(storage.db);
+  await migrateToLatest(storage);
   const logger = createLogger(config.logLevel);
   const services = await createServices(storage, { config, logger });
   const app = await buildApp({ config, services, logger });

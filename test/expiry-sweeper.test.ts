@@ -37,7 +37,7 @@ async function fixture(expired: number, live = 100, contentBytes = 100, walResta
   dirs.push(dir);
   const file = join(dir, 'fastpaste.db');
   const seeding = openStorage(`sqlite:${file}`);
-  await migrateToLatest(seeding.db);
+  await migrateToLatest(seeding);
   const sqlite = seeding.sqlite as Database.Database;
   const insert = sqlite.prepare(
     `INSERT INTO pastes (id, content, content_type, file_size, sha256, created_at, expires_at, view_count,

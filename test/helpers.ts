@@ -182,7 +182,7 @@ export async function startServer(options: TestServerOptions = {}): Promise<Test
   // A fresh database comes with fresh counters; a restart or second instance keeps them.
   if (owned && redisUrl && redisUrl === process.env.TEST_REDIS_URL) await clearRedisCounters(redisUrl);
   const storage = openStorage(databaseUrl, { backgroundCheckpoints: true });
-  await migrateToLatest(storage.db);
+  await migrateToLatest(storage);
 
   const port = await freePort();
   const url = `http://127.0.0.1:${port}`;

@@ -816,7 +816,7 @@ describe('the write-ahead log under continuous writes', () => {
     const restartPages = 256;
     const storage = openStorage(database.url, { backgroundCheckpoints: true, walRestartPages: restartPages });
     try {
-      await migrateToLatest(storage.db);
+      await migrateToLatest(storage);
       const repository = new PasteRepository(storage.db, true, storage.sqlite);
       const content = 'x'.repeat(16 * 1024); // five pages of log a paste
       const paste = (id: string): Paste => plainPaste(id, content, Date.now());
@@ -2474,7 +2474,7 @@ describe('view counts kept apart from the pastes', () => {
       await server.services.pastes.views.flush();
       await server.sql('UPDATE paste_views SET created_at = 0');
       await server.sql("DELETE FROM kysely_migration WHERE name = '0007_views_tagged_with_paste'");
-      assert.deepEqual(await migrateToLatest(server.services.storage.db), ['0007_views_tagged_with_paste']);
+      assert.deepEqual(await migrateToLatest(server.services.storage), ['0007_views_tagged_with_paste']);
       const [row] = await server.sql<{ views: number; created_at: number }>(
         `SELECT views, created_at FROM paste_views WHERE paste_id = '${id}'`,
       );

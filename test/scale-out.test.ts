@@ -8,8 +8,11 @@ import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
 import { createServer, type Server } from 'node:http';
 import { connect, createServer as createTcpServer, type Socket } from 'node:net';
 import { after, before, describe, it } from 'node:test';
+import { sql } from 'kysely';
 import pg from 'pg';
 import { REDIS_COMMAND_TIMEOUT_MS } from '../src/services.js';
+import { openStorage, STATEMENT_TIMEOUT_MS } from '../src/storage/database.js';
+import { migrateToLatest } from '../src/storage/migrations.js';
 import { freePort, freshDatabase } from './helpers.js';
 import { fastpaste, type ServerProcess, startServerProcess } from './server-process.js';
 
@@ -113,6 +116,36 @@ describe('two instances on one PostgreSQL and one Redis', { skip }, () => {
       for (const s of servers) assert.equal((await fetch(`${s.url}/readyz`)).status, 200);
     } finally {
       await Promise.all(servers.map((s) => s.stop()));
+      await fresh.drop();
+    }
+  });
+
+  it('an instance starting while another migrates for longer than a statement may run waits, then starts', async () => {
+    // Another instance's migrations (an index built on a large table, say) hold the migration
+    // lock for longer than the pool lets a statement run: the waiting instance's lock request
+    // must not be cancelled by the requests' time-out, nor its own long statements.
+    const fresh = await freshDatabase();
+    const holder = new pg.Client({ connectionString: fresh.url });
+    await holder.connect();
+    const storage = openStorage(fresh.url);
+    try {
+      await holder.query('SELECT pg_advisory_lock(3853314791062309107)'); // Kysely's migration lock
+      const heldMs = STATEMENT_TIMEOUT_MS + 1500;
+      const released = new Promise((resolve) => setTimeout(resolve, heldMs)).then(() =>
+        holder.query('SELECT pg_advisory_unlock(3853314791062309107)'),
+      );
+      const started = Date.now();
+      const applied = await migrateToLatest(storage);
+      const waited = Date.now() - started;
+      await released;
+      assert.ok(waited >= heldMs - 100, `migrated after ${waited} ms, before the lock was released`);
+      assert.ok(applied.includes('0001_pastes_and_keys'), applied.join(', '));
+      // The requests' connections keep their time-out.
+      const shown = await sql<{ statement_timeout: string }>`SHOW statement_timeout`.execute(storage.db);
+      assert.equal(shown.rows[0]?.statement_timeout, `${STATEMENT_TIMEOUT_MS / 1000}s`);
+    } finally {
+      await holder.end();
+      await storage.close();
       await fresh.drop();
     }
   });

@@ -22,7 +22,7 @@ async function withServices<T>(task: (services: Services) => Promise<T>): Promis
   const config = loadConfig();
   const storage = openStorage(config.databaseUrl);
   try {
-    await migrateToLatest(storage.db);
+    await migrateToLatest(storage);
     const services = await createServices(storage, { config });
     try {
       return await task(services);
@@ -61,7 +61,7 @@ program
   .description('apply the database migrations and exit')
   .action(async () => {
     const storage = openStorage(loadConfig().databaseUrl);
-    const applied = await migrateToLatest(storage.db).finally(() => storage.close());
+    const applied = await migrateToLatest(storage).finally(() => storage.close());
     console.log(applied.length === 0 ? 'The database is up to date.' : `Applied: ${applied.join(', ')}`);
   });
 

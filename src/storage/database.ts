@@ -32,7 +32,18 @@ export interface Storage {
   expirySweeper?: ExpirySweeper | null;
   /** With the expiry sweeper: the turns its thread and this connection take at writing. */
   writeGate?: WriteGate | null;
+  /**
+   * The connection migrations run on. On PostgreSQL one of its own, without the pool's statement
+   * and query time-outs: a migration may build an index on a large table, or wait for another
+   * instance's migrations to finish, for longer than a request may wait.
+   */
+  openMigrationDb(): MigrationDb;
   close(): Promise<void>;
+}
+
+export interface MigrationDb {
+  db: Kysely<Database>;
+  release(): Promise<void>;
 }
 
 export interface StorageOptions {
@@ -83,6 +94,7 @@ function openSqlite(path: string, options: StorageOptions): Storage {
     checkpointer,
     expirySweeper,
     writeGate,
+    openMigrationDb: () => ({ db, release: async () => {} }),
     async close() {
       await expirySweeper?.stop();
       await checkpointer?.stop();
@@ -141,6 +153,12 @@ function openPostgres(url: string): Storage {
     dialect: 'postgres',
     sqlite: null,
     pgPool: pool,
+    openMigrationDb() {
+      const migrationPool = new pg.Pool({ connectionString: url, max: 1, connectionTimeoutMillis: 3000 });
+      migrationPool.on('error', () => {});
+      const migrationDb = new Kysely<Database>({ dialect: new PostgresDialect({ pool: migrationPool }) });
+      return { db: migrationDb, release: () => migrationDb.destroy() };
+    },
     async close() {
       await db.destroy();
     },

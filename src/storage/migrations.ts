@@ -3,6 +3,7 @@
  * (house style 7). They use only column types both SQLite and PostgreSQL understand.
  */
 import { type Kysely, type Migration, type MigrationProvider, Migrator, sql } from 'kysely';
+import type { Storage } from './database.js';
 
 const migrations: Record<string, Migration> = {
   '0001_pastes_and_keys': {
@@ -210,7 +211,7 @@ const migrations: Record<string, Migration> = {
   },
 };
 
-// biome-ignore lint/suspicious/noExplicitAny: see migrateToLatest
+// biome-ignore lint/suspicious/noExplicitAny: see migrateOn
 async function currentSchema(db: Kysely<any>): Promise<string | null> {
   try {
     const result = await sql<{ schema: string }>`SELECT current_schema() AS schema`.execute(db);
@@ -221,7 +222,7 @@ async function currentSchema(db: Kysely<any>): Promise<string | null> {
 }
 
 /** The column names of a table (of the current schema on PostgreSQL). */
-// biome-ignore lint/suspicious/noExplicitAny: see migrateToLatest
+// biome-ignore lint/suspicious/noExplicitAny: see migrateOn
 async function columnsOf(db: Kysely<any>, table: string): Promise<string[]> {
   const schema = await currentSchema(db);
   const result = schema
@@ -237,9 +238,21 @@ class CompiledMigrations implements MigrationProvider {
   }
 }
 
-/** Applies every migration not yet applied; throws if one fails. */
+/**
+ * Applies every migration not yet applied, on the storage's migration connection (on PostgreSQL
+ * one without the requests' time-outs); throws if one fails.
+ */
+export async function migrateToLatest(storage: Pick<Storage, 'openMigrationDb'>): Promise<string[]> {
+  const { db, release } = storage.openMigrationDb();
+  try {
+    return await migrateOn(db);
+  } finally {
+    await release();
+  }
+}
+
 // biome-ignore lint/suspicious/noExplicitAny: migrations run on any schema, before the typed one exists
-export async function migrateToLatest(db: Kysely<any>): Promise<string[]> {
+async function migrateOn(db: Kysely<any>): Promise<string[]> {
   // On PostgreSQL the migrator's own tables are named with the current schema: its "does the
   // table exist" check looks across every schema, and a database holding several fastpaste
   // schemas (one per tenant or test) would otherwise find another schema's table.
