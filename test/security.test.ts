@@ -17,6 +17,7 @@ import net, { type AddressInfo } from 'node:net';
 import { after, before, describe, it } from 'node:test';
 import { Redis } from 'ioredis';
 import ipaddr from 'ipaddr.js';
+import pino from 'pino';
 import { RateLimiterMemory } from 'rate-limiter-flexible';
 import { loadConfig } from '../src/config.js';
 import { JSON_BODY_LIMIT } from '../src/http/api/paste-routes.js';
@@ -1338,6 +1339,41 @@ describe('a request Node cannot parse, pipelined behind whole ones', () => {
     assert.equal(JSON.parse(answers[2]?.body as string).data.content, 'answered before the broken one');
     assert.match(answers[3]?.head as string, /\r\nconnection: close/);
     expectError({ status: 400, body: JSON.parse(answers[3]?.body as string) }, 400, 'invalid_request');
+  });
+
+  it('a broken connection that goes on sending is refused once, after the answer the client is slow to read', async (t) => {
+    const lines: string[] = [];
+    const logger = pino({ level: 'trace' }, { write: (line: string) => void lines.push(line) });
+    const server = await startServer({ logger });
+    t.after(() => server.close());
+    const key = await server.createKey({ name: 'slow reader' });
+    // An answer larger than the socket buffers: it stays unfinished while the client reads nothing.
+    const content = 'x'.repeat(4 * 1024 * 1024);
+    const id = await createPaste(server, key, { content });
+    const socket = net.connect(Number(new URL(server.url).port), '127.0.0.1');
+    t.after(() => socket.destroy());
+    await new Promise((resolve) => socket.once('connect', resolve));
+    socket.pause();
+    socket.write(`GET /raw/${id} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\nBLAH BLAH\r\n\r\n`);
+    // Every later chunk makes Node report the broken request again.
+    for (let i = 0; i < 5; i++) {
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      socket.write('MORE GARBAGE\r\n\r\n');
+    }
+    const chunks: Buffer[] = [];
+    socket.on('data', (chunk: Buffer) => chunks.push(chunk));
+    const ended = new Promise<void>((resolve) => socket.once('close', () => resolve()));
+    socket.resume();
+    await ended;
+    const received = Buffer.concat(chunks).toString('latin1');
+    const statusLines = received.match(/HTTP\/1\.1 \d{3}/g) ?? [];
+    assert.deepEqual(statusLines, ['HTTP/1.1 200', 'HTTP/1.1 400']);
+    const body400 = received.slice(received.lastIndexOf('\r\n\r\n') + 4);
+    expectError({ status: 400, body: JSON.parse(body400) }, 400, 'invalid_request');
+    assert.ok(received.includes(content), 'the whole 200 answer before the refusal');
+    // Node reports the broken request again for each of the five chunks after it: handled once.
+    const clientErrors = lines.filter((line) => JSON.parse(line).msg === 'client error');
+    assert.equal(clientErrors.length, 1);
   });
 
   it('a body that breaks the framing of its own request is refused at once, not after its time-out', async (t) => {
