@@ -1350,6 +1350,8 @@ describe('a request Node cannot parse, pipelined behind whole ones', () => {
     // An answer larger than the socket buffers: it stays unfinished while the client reads nothing.
     const content = 'x'.repeat(4 * 1024 * 1024);
     const id = await createPaste(server, key, { content });
+    const serverSockets: net.Socket[] = [];
+    server.app.server.on('connection', (accepted: net.Socket) => serverSockets.push(accepted));
     const socket = net.connect(Number(new URL(server.url).port), '127.0.0.1');
     t.after(() => socket.destroy());
     await new Promise((resolve) => socket.once('connect', resolve));
@@ -1360,6 +1362,9 @@ describe('a request Node cannot parse, pipelined behind whole ones', () => {
       await new Promise((resolve) => setTimeout(resolve, 50));
       socket.write('MORE GARBAGE\r\n\r\n');
     }
+    // The premise: the 200 was still being written while the later chunks came.
+    const inFlight = (serverSockets.at(-1) as net.Socket & { _httpMessage?: http.ServerResponse | null })._httpMessage;
+    assert.ok(inFlight && !inFlight.writableFinished, 'the answer is still being written');
     const chunks: Buffer[] = [];
     socket.on('data', (chunk: Buffer) => chunks.push(chunk));
     const ended = new Promise<void>((resolve) => socket.once('close', () => resolve()));

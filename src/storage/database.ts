@@ -154,7 +154,21 @@ function openPostgres(url: string): Storage {
     sqlite: null,
     pgPool: pool,
     openMigrationDb() {
-      const migrationPool = new pg.Pool({ connectionString: url, max: 1, connectionTimeoutMillis: 3000 });
+      const migrationPool = new pg.Pool({
+        connectionString: url,
+        max: 1,
+        connectionTimeoutMillis: 3000,
+        // A lock a migration waits for (an ALTER TABLE behind a long reader) queues every
+        // request of the instances still running behind it: give up after 10 s, and fail the
+        // start, rather than hold them. Kysely's wait for another instance's migrations sets
+        // its own (an hour) for that one statement.
+        lock_timeout: 10_000,
+        // A server gone silent (not refusing) is noticed by TCP rather than never.
+        keepAlive: true,
+        keepAliveInitialDelayMillis: 10_000,
+      });
+      // No statement time-out, whatever the role or the URL sets.
+      migrationPool.on('connect', (client) => void client.query('SET statement_timeout = 0').catch(() => {}));
       migrationPool.on('error', () => {});
       const migrationDb = new Kysely<Database>({ dialect: new PostgresDialect({ pool: migrationPool }) });
       return { db: migrationDb, release: () => migrationDb.destroy() };

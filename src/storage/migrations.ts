@@ -216,8 +216,11 @@ async function currentSchema(db: Kysely<any>): Promise<string | null> {
   try {
     const result = await sql<{ schema: string }>`SELECT current_schema() AS schema`.execute(db);
     return result.rows[0]?.schema ?? null;
-  } catch {
-    return null; // SQLite has no schemas
+  } catch (error) {
+    // SQLite has no schemas; anything else (a PostgreSQL still starting up) is an error, not a
+    // reason to look for the migrations' tables across every schema.
+    if (/no such function/i.test(String(error))) return null;
+    throw error;
   }
 }
 
