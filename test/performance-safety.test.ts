@@ -706,6 +706,30 @@ describe('group commit on PostgreSQL, two turns in flight', () => {
       },
     ));
 
+  it('a key over its quota reading by id is refused at once, without a read: 429 while the pastes are locked', (t) =>
+    withPastesLockable(t, 'SQLite reads on the server connection, never held by a lock', async (server, lock) => {
+      const key = await server.createKey({ hourly: 2 });
+      const id = await createPaste(server, key, { content: 'read by a key over its quota' });
+      const read = async () => {
+        const started = Date.now();
+        const answer = await request(`${server.url}/api/v1/paste/${id}`, { headers: { 'x-api-key': key } });
+        return { answer, ms: Date.now() - started };
+      };
+      assert.equal((await read()).answer.status, 200); // the second of two
+      assert.equal((await read()).answer.status, 429); // the lane read the paste, then its count was refused
+      await lock.lockPastes();
+      try {
+        // The lane reads first and counts after; once it has seen the key refused it counts
+        // first (through the routes). Reading first, this waits out the statement time-out: 503.
+        const refused = await read();
+        assert.equal(refused.answer.status, 429, refused.answer.text);
+        assert.equal(refused.answer.body.code, 'rate_limited');
+        assert.ok(refused.ms < STATEMENT_TIMEOUT_MS / 2, `refused after ${refused.ms} ms`);
+      } finally {
+        await lock.unlock();
+      }
+    }));
+
   it('two instances creating the same ids in overlapping turns: every create answered, each id stored once and taken once', async (t) => {
     const db = await freshDatabase();
     const first = await startServer({ databaseUrl: db.url });

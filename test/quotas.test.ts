@@ -309,6 +309,28 @@ function quotaCountingSuite(store: Store): void {
       assertRateLimited(await listWith(server, key), 3600, '11:00:00 third');
     });
 
+    it('a read by id over the quota stays refused, and is served again at the top of the hour or once the limit is raised', async (t) => {
+      // The fast lane remembers a refused key and leaves its reads by id to the routes, which count
+      // before reading: the memory must never refuse what a count would pass.
+      const server = await startAt(t, Date.UTC(2026, 4, 6, 10, 30, 0));
+      const key = await server.createKey(limits(2, 0, 0));
+      const created = await createWith(server, key, 'read by id over the quota');
+      assertStatus(created, 201, 'create (1 of 2)');
+      const id = created.body.data.paste_id as string;
+      const read = () => request(`${server.url}/api/v1/paste/${id}`, { headers: { 'x-api-key': key } });
+      assertStatus(await read(), 200, 'read (2 of 2)');
+      for (let i = 0; i < 3; i++) assertRateLimited(await read(), 30 * 60, `read over the limit, try ${i + 1}`);
+      server.clock.now = Date.UTC(2026, 4, 6, 11, 0, 0);
+      const next = await read();
+      assertStatus(next, 200, 'the next hour');
+      assert.equal(next.body.data.content, 'read by id over the quota');
+      assertStatus(await read(), 200, 'the next hour, second');
+      assertRateLimited(await read(), 3600, 'the next hour, third');
+      await server.services.keys.setLimits(key, { hourly: 5 });
+      for (let i = 0; i < 3; i++) assertStatus(await read(), 200, `raised to 5, read ${i + 3}`);
+      assertRateLimited(await read(), 3600, 'raised to 5, read 6');
+    });
+
     it('daily rolls over at midnight UTC: used up at 23:59:59, free again at 00:00:00', async (t) => {
       const server = await startAt(t, Date.UTC(2026, 2, 10, 0, 0, 0));
       const key = await server.createKey(limits(0, 2, 0));

@@ -7,6 +7,7 @@ import { formatTimestamp } from '../clock.js';
 import { ConfigError, loadConfig } from '../config.js';
 import { AppError } from '../errors.js';
 import type { ApiKey } from '../keys/key-service.js';
+import { keySubject } from '../keys/quota-service.js';
 import { serve } from '../main.js';
 import { createServices, type Services } from '../services.js';
 import { openStorage } from '../storage/database.js';
@@ -149,7 +150,7 @@ keys
     const { key, windows } = await withServices(async (s) => {
       const found = await s.keys.find(idOrKey);
       if (!found) throw new AppError('not_found', `No API key "${idOrKey}".`);
-      return { key: found, windows: await s.quota.usage(`key:${found.id}`, found.limits) };
+      return { key: found, windows: await s.quota.usage(keySubject(found.id), found.limits) };
     });
     if (options.json) {
       console.log(

@@ -23,7 +23,7 @@ import http, { type IncomingMessage, type ServerResponse } from 'node:http';
 import type { FastifyInstance, FastifyServerFactory, FastifyServerFactoryHandler, FastifyServerOptions } from 'fastify';
 import type { Logger } from 'pino';
 import type { ApiKey, KeyService } from '../keys/key-service.js';
-import type { QuotaService } from '../keys/quota-service.js';
+import { keySubject, type QuotaService } from '../keys/quota-service.js';
 import type { Paste } from '../pastes/paste.js';
 import type { PastePresenter } from '../pastes/paste-presenter.js';
 import type { PasteService, Read } from '../pastes/paste-service.js';
@@ -303,7 +303,7 @@ export class FastLane {
     key: ApiKey,
     answer: (quotaHeaders: Record<string, string>) => boolean | Promise<boolean>,
   ): boolean | Promise<boolean> {
-    const subject = `key:${key.id}`;
+    const subject = keySubject(key.id);
     const quotaHeaders = this.deps.quota.consumeNow(subject, key.limits);
     if (quotaHeaders) return answer(quotaHeaders);
     return this.deps.quota.consume(subject, key.limits).then(answer, (refusal: unknown) => {
@@ -338,6 +338,9 @@ export class FastLane {
     url: string,
     started: bigint,
   ): boolean | Promise<boolean> {
+    // A key refused here and not yet past its windows goes to Fastify, which counts it before
+    // any read: a key over its quota costs no read, as on the routes.
+    if (this.deps.quota.knownRefused(keySubject(key.id))) return false;
     const paste = this.deps.pastes.plainPasteNow(url.slice(API_PREFIX.length));
     if (paste === null) return false;
     if (paste instanceof Promise) {

@@ -10,6 +10,9 @@ import { AppError } from '../errors.js';
 import type { CounterStore } from './counter-store.js';
 import { WINDOW_KINDS, type WindowKind, windowAt } from './quota-windows.js';
 
+/** The quota subject of an API key's requests. */
+export const keySubject = (keyId: string): string => `key:${keyId}`;
+
 export interface Limits {
   hourly: number;
   daily: number;
@@ -129,6 +132,8 @@ const MAX_PLANS = 10_000;
 
 export class QuotaService {
   private readonly plans = new Map<string, SubjectPlan>();
+  /** Subjects whose last count here was refused, and when the windows that refused it end (ms). */
+  private readonly refused = new Map<string, number>();
 
   constructor(
     private readonly counters: CounterStore,
@@ -167,12 +172,30 @@ export class QuotaService {
     const headers = quotaHeaders(windows);
     if (exhausted.length > 0) {
       const retryAfter = Math.max(...exhausted.map((w) => w.resetSeconds));
+      if (this.refused.size >= MAX_PLANS) this.refused.clear();
+      this.refused.set(subject, now + retryAfter * 1000);
       const names = exhausted.map((w) => w.kind).join(' and ');
       throw new AppError('rate_limited', `Rate limit exceeded: the ${names} limit is used up.`, {
         headers: Object.assign({}, headers, { 'retry-after': String(retryAfter) }),
       });
     }
+    if (this.refused.size > 0) this.refused.delete(subject);
     return headers;
+  }
+
+  /**
+   * Whether the last count of `subject` here was refused and the windows that refused it have
+   * not ended since: a hint for a caller that would otherwise do work before counting (the fast
+   * lane reads a paste first) to count first. Only a count decides; one that passes here (its
+   * limits raised, another instance's counts given back) clears the hint.
+   */
+  knownRefused(subject: string): boolean {
+    if (this.refused.size === 0) return false;
+    const until = this.refused.get(subject);
+    if (until === undefined) return false;
+    if (until > this.clock()) return true;
+    this.refused.delete(subject);
+    return false;
   }
 
   /**
@@ -185,6 +208,7 @@ export class QuotaService {
     const plan = this.planOf(subject, limits, now);
     const used = this.counters.incrementAllNow(plan.counters);
     if (!used) return undefined;
+    if (this.refused.size > 0) this.refused.delete(subject);
     const windows = plan.windows;
     const states = [];
     for (let i = 0; i < windows.length; i++) {

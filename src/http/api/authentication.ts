@@ -6,7 +6,7 @@
 import type { IncomingMessage } from 'node:http';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { ApiKey, KeyService } from '../../keys/key-service.js';
-import type { QuotaService } from '../../keys/quota-service.js';
+import { keySubject, type QuotaService } from '../../keys/quota-service.js';
 import { clientBucket } from '../client-address.js';
 
 declare module 'fastify' {
@@ -61,7 +61,7 @@ async function admitKey(deps: AccessDeps, request: FastifyRequest, reply: Fastif
   request.apiKey = key;
   const marked = request.raw as IncomingMessage & Marked;
   if (marked[REFUSED_IN_LANE] !== undefined) throw marked[REFUSED_IN_LANE];
-  const subject = `key:${key.id}`;
+  const subject = keySubject(key.id);
   reply.headers(
     marked[COUNTED_BY_LANE] ??
       deps.quota.consumeNow(subject, key.limits) ??
