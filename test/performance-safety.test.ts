@@ -717,13 +717,21 @@ describe('group commit on PostgreSQL, two turns in flight', () => {
       };
       assert.equal((await read()).answer.status, 200); // the second of two
       assert.equal((await read()).answer.status, 429); // the lane read the paste, then its count was refused
+      const reads = (repositoryOf(server) as unknown as { liveBatch: PointReadBatch<IdentifiedRow> }).liveBatch;
       await lock.lockPastes();
       try {
-        // The lane reads first and counts after; once it has seen the key refused it counts
-        // first (through the routes). Reading first, this waits out the statement time-out: 503.
+        // The lane takes a key's reads only while the key was looked up within the last second:
+        // looked up again (the list is refused too), so that the lane, not its cache, decides.
+        assert.equal((await request(`${server.url}/api/v1/pastes`, { headers: { 'x-api-key': key } })).status, 429);
+        assert.ok(server.services.keys.cachedActiveKey(key), 'the key is cached: the lane takes its read');
+        const queriesBefore = reads.queries;
+        // The lane reads first and counts after; once it has seen the key refused it leaves the
+        // read to the route, which counts first. Read first, it waits out the statement time-out
+        // (then the route refuses it: 429 after 4 s).
         const refused = await read();
         assert.equal(refused.answer.status, 429, refused.answer.text);
         assert.equal(refused.answer.body.code, 'rate_limited');
+        assert.equal(reads.queries - queriesBefore, 0, 'no read of the paste');
         assert.ok(refused.ms < STATEMENT_TIMEOUT_MS / 2, `refused after ${refused.ms} ms`);
       } finally {
         await lock.unlock();

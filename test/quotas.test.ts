@@ -21,6 +21,7 @@ import { loadConfig } from '../src/config.js';
 import { AppError } from '../src/errors.js';
 import { RedisCounterStore } from '../src/keys/counter-store.js';
 import { KEY_CACHE_MS, type NewKeyOptions } from '../src/keys/key-service.js';
+import { keySubject } from '../src/keys/quota-service.js';
 import { parseCreateInput } from '../src/pastes/paste-input.js';
 import {
   expectError,
@@ -311,8 +312,9 @@ function quotaCountingSuite(store: Store): void {
 
     it('a read by id over the quota stays refused, and is served again at the top of the hour or once the limit is raised', async (t) => {
       // The fast lane remembers a refused key and leaves its reads by id to the routes, which count
-      // before reading: the memory must never refuse what a count would pass.
-      const server = await startAt(t, Date.UTC(2026, 4, 6, 10, 30, 0));
+      // before reading: the memory must never refuse what a count would pass. Refused at 10:30:00.4,
+      // it is kept until 11:00:00.4 (Retry-After in whole seconds): at 11:00:00 still held.
+      const server = await startAt(t, Date.UTC(2026, 4, 6, 10, 30, 0, 400));
       const key = await server.createKey(limits(2, 0, 0));
       const created = await createWith(server, key, 'read by id over the quota');
       assertStatus(created, 201, 'create (1 of 2)');
@@ -320,9 +322,13 @@ function quotaCountingSuite(store: Store): void {
       const read = () => request(`${server.url}/api/v1/paste/${id}`, { headers: { 'x-api-key': key } });
       assertStatus(await read(), 200, 'read (2 of 2)');
       for (let i = 0; i < 3; i++) assertRateLimited(await read(), 30 * 60, `read over the limit, try ${i + 1}`);
+      const subject = keySubject((await server.services.keys.find(key))?.id as string);
+      assert.equal(server.services.quota.knownRefused(subject), true, 'remembered as refused');
       server.clock.now = Date.UTC(2026, 4, 6, 11, 0, 0);
+      assert.equal(server.services.quota.knownRefused(subject), true, 'still remembered at 11:00:00');
       const next = await read();
       assertStatus(next, 200, 'the next hour');
+      assert.equal(server.services.quota.knownRefused(subject), false, 'forgotten once a count passed');
       assert.equal(next.body.data.content, 'read by id over the quota');
       assertStatus(await read(), 200, 'the next hour, second');
       assertRateLimited(await read(), 3600, 'the next hour, third');

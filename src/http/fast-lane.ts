@@ -9,8 +9,9 @@
  * QuotaService's, the list query's readPagination, the page the web routes' (readPage), the
  * headers the ones every answer carries. Everything else (a query string but a list's plain page
  * and limit, HEAD, a password, a view-once paste, a paste that is not there, a key not looked up
- * in the last second, a create's body not plain JSON of a stated length under LANE_BODY_LIMIT,
- * any refusal, a server shutting down) goes to Fastify, which answers it as it always does. A
+ * in the last second, a read by id of a key this instance saw refused by its quota and whose
+ * windows have not ended since, a create's body not plain JSON of a stated length under
+ * LANE_BODY_LIMIT, any refusal, a server shutting down) goes to Fastify, which answers it as it always does. A
  * request the lane hands over has had nothing consumed: it counts quota only when it is about to
  * answer, but for a list and a create, whose quota is counted first as the routes count it (a
  * key over its quota costs no read, and no upload); a list handed over after that is marked as

@@ -10,8 +10,10 @@ import { AppError } from '../errors.js';
 import type { CounterStore } from './counter-store.js';
 import { WINDOW_KINDS, type WindowKind, windowAt } from './quota-windows.js';
 
+const KEY_SUBJECT = 'key:';
+
 /** The quota subject of an API key's requests. */
-export const keySubject = (keyId: string): string => `key:${keyId}`;
+export const keySubject = (keyId: string): string => `${KEY_SUBJECT}${keyId}`;
 
 export interface Limits {
   hourly: number;
@@ -132,7 +134,7 @@ const MAX_PLANS = 10_000;
 
 export class QuotaService {
   private readonly plans = new Map<string, SubjectPlan>();
-  /** Subjects whose last count here was refused, and when the windows that refused it end (ms). */
+  /** Keys whose last count here was refused, and when the windows that refused them end (ms). */
   private readonly refused = new Map<string, number>();
 
   constructor(
@@ -172,8 +174,7 @@ export class QuotaService {
     const headers = quotaHeaders(windows);
     if (exhausted.length > 0) {
       const retryAfter = Math.max(...exhausted.map((w) => w.resetSeconds));
-      if (this.refused.size >= MAX_PLANS) this.refused.clear();
-      this.refused.set(subject, now + retryAfter * 1000);
+      if (subject.startsWith(KEY_SUBJECT)) this.rememberRefused(subject, now + retryAfter * 1000, now);
       const names = exhausted.map((w) => w.kind).join(' and ');
       throw new AppError('rate_limited', `Rate limit exceeded: the ${names} limit is used up.`, {
         headers: Object.assign({}, headers, { 'retry-after': String(retryAfter) }),
@@ -183,11 +184,21 @@ export class QuotaService {
     return headers;
   }
 
+  /** Keeps a key's refusal (see knownRefused); past MAX_PLANS the ended ones go, then all. */
+  private rememberRefused(subject: string, until: number, now: number): void {
+    if (this.refused.size >= MAX_PLANS) {
+      for (const [kept, end] of this.refused) if (end <= now) this.refused.delete(kept);
+      if (this.refused.size >= MAX_PLANS) this.refused.clear();
+    }
+    this.refused.set(subject, until);
+  }
+
   /**
    * Whether the last count of `subject` here was refused and the windows that refused it have
    * not ended since: a hint for a caller that would otherwise do work before counting (the fast
    * lane reads a paste first) to count first. Only a count decides; one that passes here (its
-   * limits raised, another instance's counts given back) clears the hint.
+   * limits raised, another instance's counts given back) clears the hint. Kept for keys only,
+   * per instance, up to a second past the windows' end (Retry-After is in whole seconds).
    */
   knownRefused(subject: string): boolean {
     if (this.refused.size === 0) return false;
