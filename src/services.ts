@@ -50,10 +50,10 @@ export interface ServiceOptions {
 
 const silentLogger = { info() {}, warn() {}, error() {} };
 
-/** A Redis client that fails fast instead of queueing commands while disconnected. */
 /** How long a Redis command may go unanswered before its request is 503. */
 export const REDIS_COMMAND_TIMEOUT_MS = 1000;
 
+/** A Redis client that fails fast instead of queueing commands while disconnected. */
 function connectRedis(url: string): Redis {
   // Loaded only when REDIS_URL is set (the client costs 13 MB of memory).
   const { Redis } = createRequire(import.meta.url)('ioredis') as typeof import('ioredis');

@@ -128,25 +128,27 @@ describe('two instances on one PostgreSQL and one Redis', { skip }, () => {
     const holder = new pg.Client({ connectionString: fresh.url });
     await holder.connect();
     const storage = openStorage(fresh.url);
+    const migrationLock = '3853314791062309107'; // Kysely's, on PostgreSQL
     let migrating: Promise<string[]> | undefined;
     try {
-      await holder.query('SELECT pg_advisory_lock(3853314791062309107)'); // Kysely's migration lock
+      await holder.query(`SELECT pg_advisory_lock(${migrationLock})`);
       const started = Date.now();
       migrating = migrateToLatest(storage);
       void migrating.catch(() => {}); // awaited below; a failure is the test's
       // Held from the moment the migration is seen waiting for it, for a second longer than a
       // statement may run.
-      const deadline = Date.now() + 10_000;
-      for (;;) {
-        const waiting = await holder.query(
-          "SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event = 'advisory' AND datname = current_database()",
-        );
-        if (waiting.rows[0].n > 0) break;
-        assert.ok(Date.now() < deadline, 'the migration never waited for the lock');
-        await new Promise((resolve) => setTimeout(resolve, 20));
-      }
+      await until(
+        async () => {
+          const waiting = await holder.query(
+            "SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event = 'advisory' AND datname = current_database()",
+          );
+          return waiting.rows[0].n > 0 ? true : undefined;
+        },
+        10_000,
+        'the migration to wait for the lock',
+      );
       await new Promise((resolve) => setTimeout(resolve, STATEMENT_TIMEOUT_MS + 1000));
-      await holder.query('SELECT pg_advisory_unlock(3853314791062309107)');
+      await holder.query(`SELECT pg_advisory_unlock(${migrationLock})`);
       const applied = await migrating; // cancelled by a statement time-out, it rejects (57014)
       assert.ok(applied.includes('0001_pastes_and_keys'), applied.join(', '));
       t.diagnostic(`migrated ${Date.now() - started} ms after it began`);
