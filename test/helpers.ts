@@ -345,3 +345,93 @@ export function plainPaste(id: string, content: string, createdAt: number, owner
     creatorIp: null,
   };
 }
+
+/**
+ * A TCP proxy on 127.0.0.1 in front of `target` (its host and port, `defaultPort` if none):
+ * `relay` passes each connection's bytes on between the client and upstream as it sees fit. A
+ * connection closed on one side is closed on the other. `url` is `target` with the proxy's host.
+ */
+export async function tcpProxy(
+  target: URL,
+  defaultPort: number,
+  relay: (client: net.Socket, upstream: net.Socket) => void,
+): Promise<{ url: string; dropAll(): void; close(): void }> {
+  const sockets = new Set<net.Socket>();
+  const server = net.createServer((client) => {
+    const upstream = net.connect(Number(target.port || defaultPort), target.hostname);
+    for (const socket of [client, upstream]) {
+      sockets.add(socket);
+      socket.on('error', () => {});
+      socket.on('close', () => {
+        sockets.delete(socket);
+        client.destroy();
+        upstream.destroy();
+      });
+    }
+    relay(client, upstream);
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const address = server.address();
+  const url = new URL(target);
+  url.host = `127.0.0.1:${typeof address === 'object' && address ? address.port : 0}`;
+  const dropAll = () => {
+    for (const socket of sockets) socket.destroy();
+  };
+  return {
+    url: url.toString(),
+    dropAll,
+    close: () => {
+      dropAll();
+      server.close();
+    },
+  };
+}
+
+/**
+ * A TCP proxy in front of the test's PostgreSQL that, once told, cuts the connection that sends
+ * the next query containing `text`: 'before' drops it instead of passing it on; 'after' passes
+ * it on, waits for PostgreSQL's ReadyForQuery (the implicit transaction committed), and drops
+ * the connection without passing the reply back.
+ */
+export async function postgresProxy(target: URL): Promise<{
+  url: string;
+  cutAtNext(text: string, when: 'before' | 'after'): void;
+  cuts(): number;
+  close(): void;
+}> {
+  let armed: { text: string; when: 'before' | 'after' } | null = null;
+  let cuts = 0;
+  const proxy = await tcpProxy(target, 5432, (client, upstream) => {
+    let withheld: Buffer | null = null; // the reply held back, until its ReadyForQuery
+    const cut = () => {
+      cuts++;
+      client.destroy();
+      upstream.destroy();
+    };
+    client.on('data', (data: Buffer) => {
+      if (armed && data.includes(armed.text)) {
+        const { when } = armed;
+        armed = null;
+        if (when === 'before') return cut();
+        withheld = Buffer.alloc(0);
+      }
+      upstream.write(data);
+    });
+    upstream.on('data', (data: Buffer) => {
+      if (!withheld) return void client.write(data);
+      withheld = Buffer.concat([withheld, data]);
+      // Messages: a type byte and a 4-byte length (which counts itself); 'Z' is ReadyForQuery.
+      for (let at = 0; at + 5 <= withheld.length; at += 1 + withheld.readInt32BE(at + 1)) {
+        if (withheld[at] === 0x5a) return cut();
+      }
+    });
+  });
+  return {
+    url: proxy.url,
+    cutAtNext: (text, when) => {
+      armed = { text, when };
+    },
+    cuts: () => cuts,
+    close: proxy.close,
+  };
+}

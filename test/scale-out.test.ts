@@ -6,14 +6,14 @@
 import assert from 'node:assert/strict';
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
 import { createServer, type Server } from 'node:http';
-import { connect, createServer as createTcpServer, type Socket } from 'node:net';
+import { connect } from 'node:net';
 import { after, before, describe, it } from 'node:test';
 import { sql } from 'kysely';
 import pg from 'pg';
 import { REDIS_COMMAND_TIMEOUT_MS } from '../src/services.js';
 import { openStorage, STATEMENT_TIMEOUT_MS } from '../src/storage/database.js';
 import { migrateToLatest } from '../src/storage/migrations.js';
-import { freePort, freshDatabase } from './helpers.js';
+import { freePort, freshDatabase, postgresProxy, queryDatabase, tcpProxy } from './helpers.js';
 import { fastpaste, type ServerProcess, startServerProcess } from './server-process.js';
 
 const TEST_DB = process.env.TEST_DATABASE_URL;
@@ -223,40 +223,23 @@ describe('two instances on one PostgreSQL and one Redis', { skip }, () => {
  * stays up, nothing comes back: a Redis that stops answering) and drop every connection.
  */
 async function redisProxy(target: URL): Promise<{ url: string; stall(): void; drop(): void; close(): void }> {
-  const sockets = new Set<Socket>();
   let stalled = false;
-  const server = createTcpServer((client) => {
-    const upstream = connect(Number(target.port || 6379), target.hostname);
-    for (const socket of [client, upstream]) {
-      sockets.add(socket);
-      socket.on('error', () => {});
-      socket.on('close', () => {
-        sockets.delete(socket);
-        client.destroy();
-        upstream.destroy();
-      });
-    }
+  const proxy = await tcpProxy(target, 6379, (client, upstream) => {
     client.on('data', (data) => upstream.write(data));
     upstream.on('data', (data) => {
       if (!stalled) client.write(data);
     });
   });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const address = server.address();
-  const port = typeof address === 'object' && address ? address.port : 0;
   return {
-    url: `redis://127.0.0.1:${port}${target.pathname}`,
+    url: proxy.url,
     stall: () => {
       stalled = true;
     },
     drop: () => {
       stalled = false;
-      for (const socket of sockets) socket.destroy();
+      proxy.dropAll();
     },
-    close: () => {
-      for (const socket of sockets) socket.destroy();
-      server.close();
-    },
+    close: proxy.close,
   };
 }
 
@@ -375,6 +358,46 @@ describe('a backend that goes away gives fast 503s and the instance heals by its
       await db.drop();
     }
   });
+
+  for (const cut of ['before', 'after'] as const) {
+    it(`a PostgreSQL connection lost in the middle of a create (${cut === 'before' ? 'before the insert reaches it' : 'after its commit, the reply lost'}): that request 503, the process goes on`, async () => {
+      const db = await freshDatabase();
+      const proxy = await postgresProxy(new URL(db.url));
+      const env = { DATABASE_URL: proxy.url, REDIS_URL: '' };
+      let server: ServerProcess | undefined;
+      try {
+        const key = await createKey(env);
+        server = await startServerProcess(env);
+        const create = (content: string) =>
+          fetch(`${server?.url}/api/v1/paste`, {
+            method: 'POST',
+            headers: { 'x-api-key': key, 'content-type': 'application/json' },
+            body: JSON.stringify({ content }),
+          });
+        // The create's insert (a named statement, its text sent on a connection's first use).
+        proxy.cutAtNext('INSERT INTO pastes', cut);
+        const lost = await create('lost on the way');
+        assert.equal(proxy.cuts(), 1, 'the insert was cut');
+        assert.equal(lost.status, 503, await lost.clone().text());
+        assert.equal(((await lost.json()) as { code: string }).code, 'service_unavailable');
+        assert.equal(server.child.exitCode, null, `the process is still up: ${server.output()}`);
+        // The same process, on a new connection, creates and serves.
+        const made = await create('made after');
+        assert.equal(made.status, 201, await made.clone().text());
+        const { data } = (await made.json()) as { data: { paste_id: string } };
+        assert.equal(await (await fetch(`${server.url}/raw/${data.paste_id}`)).text(), 'made after');
+        const stored = await queryDatabase<{ n: number }>(
+          db.url,
+          "SELECT count(*) AS n FROM pastes WHERE content = 'lost on the way'",
+        );
+        assert.equal(Number(stored[0]?.n), cut === 'after' ? 1 : 0, 'stored only when cut after its commit');
+      } finally {
+        await server?.stop();
+        proxy.close();
+        await db.drop();
+      }
+    });
+  }
 
   const canMakeCluster = (() => {
     try {

@@ -128,6 +128,20 @@ function withStatementCache(sqlite: BetterSqlite3.Database) {
 /** How long PostgreSQL runs a statement (lock waits included) before it cancels it. */
 export const STATEMENT_TIMEOUT_MS = 4000;
 
+/**
+ * A connection lost (PostgreSQL restarted, a backend terminated, a network reset) must not crash
+ * the process: its query is rejected, and a request answered 503. pg emits the loss as an
+ * 'error' event on the client too, which the pool listens to only while the client is idle; one
+ * lost while a query runs on it had no listener, and so was an uncaught exception. Each client
+ * gets a listener of its own for its whole life; the pool drops it when it comes back broken.
+ */
+function quietOnLostConnections(pool: pg.Pool): void {
+  pool.on('error', () => {});
+  pool.on('connect', (client) => {
+    client.on('error', () => {});
+  });
+}
+
 function openPostgres(url: string): Storage {
   const pg = loadPg();
   // bigint columns (times) come back as numbers: every value we store fits in 2^53.
@@ -145,8 +159,7 @@ function openPostgres(url: string): Storage {
     // A server that stops answering (not refusing) must not hang a request either.
     query_timeout: STATEMENT_TIMEOUT_MS + 1000,
   });
-  // A lost connection must not crash the process; the next query reports it.
-  pool.on('error', () => {});
+  quietOnLostConnections(pool);
   const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool }) });
   return {
     db,
@@ -169,7 +182,7 @@ function openPostgres(url: string): Storage {
       });
       // No statement time-out, whatever the role or the URL sets.
       migrationPool.on('connect', (client) => void client.query('SET statement_timeout = 0').catch(() => {}));
-      migrationPool.on('error', () => {});
+      quietOnLostConnections(migrationPool);
       const migrationDb = new Kysely<Database>({ dialect: new PostgresDialect({ pool: migrationPool }) });
       return { db: migrationDb, release: () => migrationDb.destroy() };
     },
