@@ -10,7 +10,13 @@
  * of a flush that committed a chunk after the mark, up to that second's views), never miss one: a
  * read during a flush shows at least every view counted before it began. A crash loses at most the last second of counts; a burn (which must be exact)
  * never goes through here.
+ *
+ * A chunk whose write fails is unsettled: on PostgreSQL the write may have committed with its
+ * reply lost. It is written again under the token of its first write (addViews), before anything
+ * else, until that succeeds, so it is added once either way. Until then reads show its counts too
+ * (twice, if the first write committed, never none) and writtenEpoch() is null.
  */
+import { randomUUID } from 'node:crypto';
 import type { PasteRepository, ViewChunk } from '../storage/paste-repository.js';
 import { ViewTable } from './view-table.js';
 
@@ -22,6 +28,15 @@ const CHUNK = 250;
  * commit: longer than any read can take (the pool waits 3 s for a connection, a query 5 s).
  */
 const RECENT_MS = 10_000;
+
+/** How often an instance drops the chunks' tokens past their life (PostgreSQL). */
+const FORGET_TOKENS_EVERY_MS = 10 * 60 * 1000;
+
+/** A chunk whose write failed, and the token it is written again under. */
+interface Unsettled {
+  token: string;
+  counts: ViewTable;
+}
 
 /** The counts one flush wrote on PostgreSQL, and when it last committed a chunk. */
 interface Written {
@@ -40,6 +55,10 @@ export class ViewCounter {
   private epoch = 0;
   /** On PostgreSQL, the counts of the flushes of the last RECENT_MS, oldest first. */
   private readonly recent: Written[] = [];
+  /** The chunk whose write failed, written again before any other (see the top). */
+  private unsettled: Unsettled | null = null;
+  /** When this instance last dropped old chunk tokens (performance.now()). */
+  private tokensForgottenAt = performance.now();
 
   constructor(
     private readonly pastes: PasteRepository,
@@ -64,11 +83,12 @@ export class ViewCounter {
   forget(id: string): void {
     this.pending.forget(id);
     this.writing.forget(id);
+    this.unsettled?.counts.forget(id);
   }
 
-  /** Views counted but not yet written. */
+  /** Views counted but not yet written (or not known to be: an unsettled chunk's). */
   unwritten(id: string): number {
-    return this.pending.get(id) + this.writing.get(id);
+    return this.pending.get(id) + this.writing.get(id) + (this.unsettled?.counts.get(id) ?? 0);
   }
 
   /** The moment a read of written counts begins, for unwrittenSince. */
@@ -84,6 +104,7 @@ export class ViewCounter {
    */
   unwrittenSince(id: string, createdAt: number, mark: number): number {
     let n = this.pending.get(id, createdAt) + this.writing.get(id, createdAt);
+    if (this.unsettled) n += this.unsettled.counts.get(id, createdAt);
     for (const written of this.recent) if (written.lastCommit >= mark) n += written.table.get(id, createdAt);
     return n;
   }
@@ -91,10 +112,11 @@ export class ViewCounter {
   /**
    * A number that stays the same for as long as the counts in the database stay the same, or null
    * while a flush is writing them. Views read from the database with epoch E, added to unwritten()
-   * at any later moment the epoch is still E, are exact.
+   * at any later moment the epoch is still E, are exact. Null too while a chunk is unsettled:
+   * its counts may be in the database as well as in unwritten().
    */
   writtenEpoch(): number | null {
-    return this.flushing ? null : this.epoch;
+    return this.flushing || this.unsettled ? null : this.epoch;
   }
 
   /**
@@ -106,7 +128,7 @@ export class ViewCounter {
     if (this.timer) clearTimeout(this.timer);
     this.timer = null;
     while (this.flushing) await this.flushing.catch(() => {});
-    if (this.pending.size === 0) return;
+    if (this.pending.size === 0 && !this.unsettled) return;
     const batch = this.pending;
     this.pending = this.writing; // empty: cleared when its flush ended
     this.writing = batch;
@@ -118,6 +140,10 @@ export class ViewCounter {
     } finally {
       this.flushing = null;
       this.epoch++;
+    }
+    if (!this.unsettled && performance.now() - this.tokensForgottenAt >= FORGET_TOKENS_EVERY_MS) {
+      this.tokensForgottenAt = performance.now();
+      await this.pastes.forgetOldViewTokens().catch(() => {}); // tried again in ten minutes
     }
   }
 
@@ -131,13 +157,15 @@ export class ViewCounter {
    * Writes the batch in chunks of ids in key order (a chunk then meets a few neighbouring pages
    * of the b-trees instead of one page per paste), with a turn of the event loop between chunks.
    * On SQLite a chunk's statement and its counts leaving the batch are one synchronous step, so
-   * reads stay exact. If the database cannot be reached, what was not written goes back to
-   * pending for the next flush.
+   * reads stay exact. An unsettled chunk is written first. If the database cannot be reached, the
+   * chunk whose write failed is the unsettled one, and what was not written goes back to pending
+   * for the next flush.
    */
   private async write(batch: ViewTable): Promise<void> {
     const slots = batch.sortedSlots();
     let written: Written | null = null;
     try {
+      if (this.unsettled) await this.settle();
       for (let i = 0; i < slots.length; i += CHUNK) {
         if (i > 0) await new Promise((resolve) => setImmediate(resolve));
         const end = Math.min(i + CHUNK, slots.length);
@@ -148,14 +176,17 @@ export class ViewCounter {
           if (count > 0) chunk.push([batch.idAt(slot), count, batch.createdAtOf(slot)]); // 0: forgotten
         }
         if (chunk.length > 0 && !this.pastes.addViewsNow(chunk)) {
-          await this.pastes.addViews(chunk);
+          const token = this.pastes.soleWriter ? '' : randomUUID();
+          try {
+            await this.pastes.addViews(chunk, token);
+          } catch (error) {
+            this.unsettle(token, chunk);
+            for (let j = i; j < end; j++) batch.setCount(slots[j] as number, 0);
+            throw error;
+          }
           // Committed: kept for reads begun before, in the same step as the counts leave the
           // batch (see the top). Not on SQLite, whose reads never straddle a commit.
-          if (!this.pastes.soleWriter) {
-            written ??= this.writtenTable();
-            for (const [id, n, createdAt] of chunk) written.table.add(id, n, createdAt);
-            written.lastCommit = performance.now();
-          }
+          written = this.keepWritten(chunk, written);
         }
         for (let j = i; j < end; j++) batch.setCount(slots[j] as number, 0);
       }
@@ -167,6 +198,42 @@ export class ViewCounter {
       this.schedule();
     }
     batch.clear();
+  }
+
+  /** Makes the chunk whose write failed the unsettled one, with the token it was written under. */
+  private unsettle(token: string, chunk: ViewChunk): void {
+    const counts = new ViewTable(chunk.length * 2);
+    for (const [id, n, createdAt] of chunk) counts.add(id, n, createdAt);
+    this.unsettled = { token, counts };
+  }
+
+  /**
+   * Writes the unsettled chunk again under its token (without the ids forgotten since), so that it
+   * is added once whether or not its failed write committed; throws, leaving it unsettled, if the
+   * write fails again.
+   */
+  private async settle(): Promise<void> {
+    const { token, counts } = this.unsettled as Unsettled;
+    const chunk: ViewChunk = [];
+    for (const slot of counts.sortedSlots()) {
+      const n = counts.countAt(slot);
+      if (n > 0) chunk.push([counts.idAt(slot), n, counts.createdAtOf(slot)]);
+    }
+    if (chunk.length > 0 && !this.pastes.addViewsNow(chunk)) await this.pastes.addViews(chunk, token);
+    this.keepWritten(chunk, null);
+    this.unsettled = null;
+  }
+
+  /**
+   * On PostgreSQL, keeps the counts of a chunk just committed for reads begun before its commit
+   * (in `written`, this flush's table, made if null); returns the table.
+   */
+  private keepWritten(chunk: ViewChunk, written: Written | null): Written | null {
+    if (this.pastes.soleWriter) return written;
+    const table = written ?? this.writtenTable();
+    for (const [id, n, createdAt] of chunk) table.table.add(id, n, createdAt);
+    table.lastCommit = performance.now();
+    return table;
   }
 
   /** A table for the counts this flush writes on PostgreSQL: the oldest one when it is old enough. */

@@ -209,6 +209,21 @@ const migrations: Record<string, Migration> = {
       );
     },
   },
+  '0008_view_write_tokens': {
+    async up(db: Kysely<unknown>) {
+      // A chunk of view counts is written with a token of its own, taken in the same statement
+      // (PostgreSQL): when the connection is lost before the reply, the chunk is written again
+      // under the same token, which adds nothing if the first write committed. SQLite never
+      // writes here (a write there cannot succeed unseen); the table is made on both alike.
+      // On SQLite migrations are not transactions: made again after a crash, it is left as is.
+      await db.schema
+        .createTable('view_write_tokens')
+        .ifNotExists()
+        .addColumn('token', 'varchar(40)', (c) => c.primaryKey())
+        .addColumn('written_at', 'bigint', (c) => c.notNull())
+        .execute();
+    },
+  },
 };
 
 // biome-ignore lint/suspicious/noExplicitAny: see migrateOn

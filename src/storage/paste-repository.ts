@@ -231,16 +231,29 @@ function addViewsSqlite(chunk: string) {
   ON CONFLICT (paste_id) DO UPDATE SET ${ADD_TO_SAME_PASTE}`;
 }
 
+/** The database's clock in milliseconds since the epoch (PostgreSQL): one clock for every instance. */
+const DATABASE_NOW_MS = sql<number>`(extract(epoch FROM now()) * 1000)::bigint`;
+
+/** How long a view chunk's token is kept: longer than a chunk whose write went unanswered waits for its retry. */
+export const VIEW_TOKEN_LIFE_MS = 60 * 60 * 1000;
+
 /**
  * The same on PostgreSQL, the chunk as three arrays. The rows are written in the order of their
  * ids, so instances flushing at the same moment lock the rows they share in one order and cannot
- * deadlock each other.
+ * deadlock each other. The statement takes the chunk's token and adds the counts only if it was
+ * not taken before: a chunk written again after a write that went unanswered (the connection
+ * lost at its commit) is added once. Were the first write still running, the second waits on its
+ * token's row, then adds nothing if the first committed and everything if it did not.
  */
-function addViewsPostgres(ids: string[], counts: number[], createdAts: number[]) {
-  return sql`INSERT INTO paste_views (paste_id, created_at, views)
+function addViewsPostgres(token: string, ids: string[], counts: number[], createdAts: number[]) {
+  return sql`WITH taken AS (
+    INSERT INTO view_write_tokens (token, written_at) VALUES (${token}, ${DATABASE_NOW_MS})
+    ON CONFLICT (token) DO NOTHING RETURNING token
+  )
+  INSERT INTO paste_views (paste_id, created_at, views)
   SELECT counted.id, counted.created_at, counted.views
   FROM unnest(${ids}::text[], ${counts}::integer[], ${createdAts}::bigint[]) AS counted (id, views, created_at)
-  WHERE EXISTS (SELECT 1 FROM pastes WHERE pastes.id = counted.id)
+  WHERE EXISTS (SELECT 1 FROM taken) AND EXISTS (SELECT 1 FROM pastes WHERE pastes.id = counted.id)
   ORDER BY counted.id
   ON CONFLICT (paste_id) DO UPDATE SET ${ADD_TO_SAME_PASTE}`;
 }
@@ -846,17 +859,30 @@ export class PasteRepository {
     return true;
   }
 
-  /** addViewsNow through Kysely: one statement. */
-  async addViews(chunk: ViewChunk): Promise<void> {
+  /**
+   * addViewsNow through Kysely: one statement. On PostgreSQL the chunk is added under `token`
+   * (addViewsPostgres): a chunk written again under its token after a failed write is added
+   * once, whether the failed one committed or not. On SQLite a failed write wrote nothing.
+   */
+  async addViews(chunk: ViewChunk, token: string): Promise<void> {
     if (this.groupCommit) {
       await addViewsSqlite(JSON.stringify(chunk)).execute(this.db);
       return;
     }
     await addViewsPostgres(
+      token,
       chunk.map(([id]) => id),
       chunk.map(([, views]) => views),
       chunk.map(([, , createdAt]) => createdAt),
     ).execute(this.db);
+  }
+
+  /** Drops the view chunks' tokens older than VIEW_TOKEN_LIFE_MS (PostgreSQL; none on SQLite). */
+  async forgetOldViewTokens(): Promise<void> {
+    if (this.groupCommit) return;
+    await sql`DELETE FROM view_write_tokens WHERE written_at < ${DATABASE_NOW_MS} - ${VIEW_TOKEN_LIFE_MS}`.execute(
+      this.db,
+    );
   }
 
   /** Applies the changes to a live paste of that owner; returns it as it now is. */

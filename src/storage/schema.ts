@@ -77,9 +77,17 @@ export interface PasteViewsTable {
   created_at: number;
 }
 
+/** The tokens of view-count chunks written on PostgreSQL in the last hour (migration 0008). */
+export interface ViewWriteTokensTable {
+  token: string;
+  /** Milliseconds since the epoch, by the database's clock. */
+  written_at: number;
+}
+
 export interface Database {
   pastes: PasteTable;
   paste_views: PasteViewsTable;
+  view_write_tokens: ViewWriteTokensTable;
   api_keys: ApiKeyTable;
   webhook_deliveries: WebhookDeliveryTable;
   webhook_attempts: WebhookAttemptTable;
