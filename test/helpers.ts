@@ -390,8 +390,8 @@ export async function tcpProxy(
 /**
  * A TCP proxy in front of the test's PostgreSQL that, once told, cuts the connection that sends
  * the next query containing `text`: 'before' drops it instead of passing it on; 'after' passes
- * it on, waits for PostgreSQL's ReadyForQuery (the implicit transaction committed), and drops
- * the connection without passing the reply back.
+ * it on, waits for PostgreSQL's ReadyForQuery outside a transaction (the statement's own
+ * transaction committed), and drops the connection without passing the reply back.
  */
 export async function postgresProxy(target: URL): Promise<{
   url: string;
@@ -420,9 +420,10 @@ export async function postgresProxy(target: URL): Promise<{
     upstream.on('data', (data: Buffer) => {
       if (!withheld) return void client.write(data);
       withheld = Buffer.concat([withheld, data]);
-      // Messages: a type byte and a 4-byte length (which counts itself); 'Z' is ReadyForQuery.
-      for (let at = 0; at + 5 <= withheld.length; at += 1 + withheld.readInt32BE(at + 1)) {
-        if (withheld[at] === 0x5a) return cut();
+      // Messages: a type byte and a 4-byte length (which counts itself). ReadyForQuery ('Z')
+      // with the status 'I' (idle, no transaction open): the statement's transaction is over.
+      for (let at = 0; at + 6 <= withheld.length; at += 1 + withheld.readInt32BE(at + 1)) {
+        if (withheld[at] === 0x5a && withheld[at + 5] === 0x49) return cut();
       }
     });
   });

@@ -8,11 +8,12 @@
  * unwrittenSince() after it, and the counts of every chunk committed since the mark are added
  * (kept for RECENT_MS after their commit). It may then count views twice (those of every chunk
  * of a flush that committed a chunk after the mark, up to that second's views), never miss one: a
- * read during a flush shows at least every view counted before it began. A crash loses at most the last second of counts; a burn (which must be exact)
- * never goes through here.
+ * read during a flush shows at least every view counted before it began. A crash loses the
+ * counts not yet written: the last second's, or, while the database is out of reach, every one
+ * held since. A burn (which must be exact) never goes through here.
  *
- * A chunk whose write fails is unsettled: on PostgreSQL the write may have committed with its
- * reply lost. It is written again under the token of its first write (addViews), before anything
+ * A chunk whose write fails other than by the database's refusal is unsettled: on PostgreSQL the
+ * write may have committed with its reply lost. It is written again under the token of its first write (addViews), before anything
  * else, until that succeeds, so it is added once either way. Until then reads show its counts too
  * (twice, if the first write committed, never none) and writtenEpoch() is null.
  */
@@ -28,6 +29,23 @@ const CHUNK = 250;
  * commit: longer than any read can take (the pool waits 3 s for a connection, a query 5 s).
  */
 const RECENT_MS = 10_000;
+
+/**
+ * Whether a failed write was refused by PostgreSQL itself (an error with its SQLSTATE): the
+ * statement then ended in a rollback, so nothing of it was written. A connection exception (08)
+ * or a backend terminated (57P01-57P03) may come at any moment, and a lost connection or a
+ * client's time-out has no SQLSTATE: those writes may have committed.
+ */
+function refusedByDatabase(error: unknown): boolean {
+  const { code, severity } = (error ?? {}) as { code?: unknown; severity?: unknown };
+  return (
+    typeof severity === 'string' &&
+    typeof code === 'string' &&
+    /^[0-9A-Z]{5}$/.test(code) &&
+    !code.startsWith('08') &&
+    !/^57P0[1-3]$/.test(code)
+  );
+}
 
 /** How often an instance drops the chunks' tokens past their life (PostgreSQL). */
 const FORGET_TOKENS_EVERY_MS = 10 * 60 * 1000;
@@ -180,8 +198,8 @@ export class ViewCounter {
           try {
             await this.pastes.addViews(chunk, token);
           } catch (error) {
-            this.unsettle(token, chunk);
-            for (let j = i; j < end; j++) batch.setCount(slots[j] as number, 0);
+            // Refused by the database: written as part of the next flush's counts, like those after it.
+            if (!refusedByDatabase(error)) this.unsettle(token, batch, slots.subarray(i, end));
             throw error;
           }
           // Committed: kept for reads begun before, in the same step as the counts leave the
@@ -200,10 +218,18 @@ export class ViewCounter {
     batch.clear();
   }
 
-  /** Makes the chunk whose write failed the unsettled one, with the token it was written under. */
-  private unsettle(token: string, chunk: ViewChunk): void {
-    const counts = new ViewTable(chunk.length * 2);
-    for (const [id, n, createdAt] of chunk) counts.add(id, n, createdAt);
+  /**
+   * Makes the chunk whose write failed (the batch's `slots`) the unsettled one, with the token it
+   * was written under, and takes its counts out of the batch: those of ids forgotten during the
+   * write (0 now) are left out.
+   */
+  private unsettle(token: string, batch: ViewTable, slots: Int32Array): void {
+    const counts = new ViewTable(slots.length * 2);
+    for (const slot of slots) {
+      const n = batch.countAt(slot);
+      if (n > 0) counts.add(batch.idAt(slot), n, batch.createdAtOf(slot));
+      batch.setCount(slot, 0);
+    }
     this.unsettled = { token, counts };
   }
 
@@ -219,8 +245,10 @@ export class ViewCounter {
       const n = counts.countAt(slot);
       if (n > 0) chunk.push([counts.idAt(slot), n, counts.createdAtOf(slot)]);
     }
-    if (chunk.length > 0 && !this.pastes.addViewsNow(chunk)) await this.pastes.addViews(chunk, token);
-    this.keepWritten(chunk, null);
+    if (chunk.length > 0 && !this.pastes.addViewsNow(chunk)) {
+      await this.pastes.addViews(chunk, token);
+      this.keepWritten(chunk, null);
+    }
     this.unsettled = null;
   }
 
