@@ -399,6 +399,97 @@ describe('a backend that goes away gives fast 503s and the instance heals by its
     });
   }
 
+  it('PostgreSQL backends terminated again and again under creates and reads: every answer 201, 200 or 503, every 201 readable, the process up', async (t) => {
+    const db = await freshDatabase();
+    // The server's connections carry a name of their own, so only they are terminated.
+    const name = `fp_fault_${process.pid}_${Date.now()}`;
+    const url = new URL(db.url);
+    url.searchParams.set('application_name', name);
+    const env = { DATABASE_URL: url.toString(), REDIS_URL: '' };
+    const admin = new pg.Client({ connectionString: TEST_DB });
+    await admin.connect();
+    let server: ServerProcess | undefined;
+    try {
+      const key = await createKey(env, ['--hourly', '1000000']);
+      const started = await startServerProcess(env);
+      server = started;
+      const created: Array<{ id: string; content: string }> = [];
+      const statuses = new Map<number, number>();
+      const answered = (status: number) => statuses.set(status, (statuses.get(status) ?? 0) + 1);
+      const refusedAsUnavailable = async (res: Response) =>
+        assert.equal(((await res.json()) as { code: string }).code, 'service_unavailable');
+      let stop = false;
+      let terminated = 0;
+      const writer = async (w: number) => {
+        for (let i = 0; !stop; i++) {
+          const content = `writer ${w} paste ${i} ${'x'.repeat(i % 7 === 0 ? 20_000 : 200)}`;
+          const res = await fetch(`${started.url}/api/v1/paste`, {
+            method: 'POST',
+            headers: { 'x-api-key': key, 'content-type': 'application/json' },
+            body: JSON.stringify({ content }),
+          });
+          answered(res.status);
+          if (res.status === 201)
+            created.push({ id: ((await res.json()) as { data: { paste_id: string } }).data.paste_id, content });
+          else await refusedAsUnavailable(res);
+        }
+      };
+      const reader = async () => {
+        while (!stop) {
+          const pick = created[Math.floor(Math.random() * created.length)];
+          if (!pick) {
+            await new Promise((r) => setTimeout(r, 5));
+            continue;
+          }
+          const res = await fetch(`${started.url}/raw/${pick.id}`);
+          answered(res.status);
+          if (res.status === 200) assert.equal(await res.text(), pick.content);
+          else await refusedAsUnavailable(res);
+        }
+      };
+      const terminator = async () => {
+        for (let round = 0; round < 15; round++) {
+          await new Promise((r) => setTimeout(r, 150));
+          const { rows } = await admin.query(
+            'SELECT count(pg_terminate_backend(pid)) AS n FROM pg_stat_activity WHERE application_name = $1',
+            [name],
+          );
+          terminated += Number(rows[0]?.n);
+        }
+        stop = true;
+      };
+      await Promise.all([writer(0), writer(1), writer(2), writer(3), reader(), reader(), terminator()]);
+      t.diagnostic(`backends terminated ${terminated}; answers ${JSON.stringify(Object.fromEntries(statuses))}`);
+      assert.equal(started.child.exitCode, null, `the process is still up: ${started.output()}`);
+      assert.ok(terminated >= 15, `${terminated} backends terminated`);
+      assert.deepEqual(
+        [...statuses.keys()].filter((status) => ![200, 201, 503].includes(status)),
+        [],
+        'only 200, 201 and 503',
+      );
+      assert.ok((statuses.get(503) ?? 0) >= 1, 'terminations met queries in flight');
+      assert.ok((statuses.get(201) ?? 0) >= 10, 'creates went on between the terminations');
+      // Every 201 is there, whole, once the terminations stop.
+      for (const { id, content } of created) {
+        const res = await fetch(`${started.url}/raw/${id}`);
+        assert.equal(res.status, 200, id);
+        assert.equal(await res.text(), content);
+      }
+      // Every 200 of /raw counted one view, and the flushes cut by the terminations wrote each
+      // once: the shutdown writes what is held.
+      assert.equal(await started.stop(), 0);
+      const [views] = await queryDatabase<{ n: number }>(
+        db.url,
+        'SELECT COALESCE(SUM(views), 0) AS n FROM paste_views',
+      );
+      assert.equal(Number(views?.n), (statuses.get(200) ?? 0) + created.length);
+    } finally {
+      await server?.stop();
+      await admin.end();
+      await db.drop();
+    }
+  });
+
   const canMakeCluster = (() => {
     try {
       execFileSync('which', ['pg_createcluster'], { stdio: 'ignore' });
