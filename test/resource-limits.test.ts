@@ -12,6 +12,7 @@ import assert from 'node:assert/strict';
 import net from 'node:net';
 import { after, before, describe, it } from 'node:test';
 import { deflateSync, gzipSync } from 'node:zlib';
+import { pino } from 'pino';
 import { loadConfig } from '../src/config.js';
 import { MAX_HIGHLIGHT_BYTES } from '../src/http/web/highlight.js';
 import { Semaphore } from '../src/pastes/passwords.js';
@@ -734,5 +735,64 @@ describe('Expect: 100-continue: the body is asked for only once the request is a
     assert.deepEqual(over.statuses, [429]);
     expectError({ status: 429, body: JSON.parse(over.body) }, 429, 'rate_limited');
     assert.equal(await count(), before + 3);
+  });
+});
+
+describe('a full disk', () => {
+  it('a create that finds no room is 503 with Retry-After, logged as an error; what was stored stays, and creates resume once there is room', {
+    skip:
+      Boolean(process.env.TEST_DATABASE_URL) && 'SQLite caps its file with max_page_count; PostgreSQL has no such cap',
+  }, async () => {
+    const lines: string[] = [];
+    const logger = pino({ level: 'warn' }, { write: (line: string) => void lines.push(line) });
+    const server = await startServer({ logger });
+    try {
+      const key = await server.createKey({ hourly: 100_000 });
+      // SQLite's own cap on the file's size: past it every write fails with SQLITE_FULL, as on
+      // a disk that has no room left.
+      const sqlite = server.services.storage.sqlite as import('better-sqlite3').Database;
+      const cap = sqlite.pragma('max_page_count', { simple: true }) as number;
+      sqlite.pragma(`max_page_count = ${(sqlite.pragma('page_count', { simple: true }) as number) + 16}`);
+      const stored: Array<{ id: string; content: string }> = [];
+      let refused: Awaited<ReturnType<typeof request>> | undefined;
+      for (let i = 0; i < 100 && !refused; i++) {
+        const content = `paste ${i} ${'y'.repeat(8000)}`;
+        const res = await request(`${server.url}/api/v1/paste`, {
+          method: 'POST',
+          headers: { 'x-api-key': key },
+          json: { content },
+        });
+        if (res.status === 201) stored.push({ id: res.body.data.paste_id, content });
+        else refused = res;
+      }
+      assert.ok(refused, 'the file filled up');
+      assert.ok(stored.length >= 1, 'some fitted first');
+      expectError(refused, 503, 'service_unavailable');
+      assert.match(refused.body.message, /no room/);
+      assert.equal(refused.headers.get('retry-after'), '60');
+      // The anonymous quick-create meets the same.
+      const cli = await request(`${server.url}/api/v1/cli`, { method: 'POST', body: `quick ${'z'.repeat(9000)}` });
+      expectError(cli, 503, 'service_unavailable');
+      const logged = lines.map((line) => JSON.parse(line) as { level: number; msg: string });
+      assert.ok(
+        logged.some((entry) => entry.level === 50 && entry.msg === 'storage full'),
+        'told at error level',
+      );
+      assert.ok(!logged.some((entry) => entry.msg === 'unexpected error'), 'not as a fault of ours');
+      // What was stored is whole, and the file is sound.
+      for (const { id, content } of stored) assert.equal((await request(`${server.url}/raw/${id}`)).text, content);
+      assert.equal(sqlite.pragma('integrity_check', { simple: true }), 'ok');
+      // Room again: the same server creates at once.
+      sqlite.pragma(`max_page_count = ${cap}`);
+      const again = await request(`${server.url}/api/v1/paste`, {
+        method: 'POST',
+        headers: { 'x-api-key': key },
+        json: { content: 'room again' },
+      });
+      assert.equal(again.status, 201, again.text);
+      assert.equal((await request(`${server.url}/raw/${again.body.data.paste_id}`)).text, 'room again');
+    } finally {
+      await server.close();
+    }
   });
 });

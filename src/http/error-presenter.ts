@@ -7,7 +7,7 @@
 import type { Socket } from 'node:net';
 import type { FastifyBaseLogger, FastifyReply, FastifyRequest } from 'fastify';
 import { AppError, type ErrorCode, type FieldProblem, invalidRequest } from '../errors.js';
-import { isBackendUnavailable } from '../storage/unavailable.js';
+import { isBackendUnavailable, isStorageFull } from '../storage/unavailable.js';
 import { SECURITY_HEADERS } from './security-headers.js';
 import { errorPage } from './web/pages.js';
 
@@ -55,6 +55,14 @@ export function toAppError(thrown: unknown): { error: AppError; unexpected: bool
   const err = (thrown ?? {}) as FrameworkError;
   if (err.validation) return { error: fromValidation(err.validation), unexpected: false };
   const known = err.code ? FRAMEWORK_CODES[err.code] : undefined;
+  if (!known && isStorageFull(thrown)) {
+    return {
+      error: new AppError('service_unavailable', 'The server has no room left to store this; try again later.', {
+        headers: { 'retry-after': '60' },
+      }),
+      unexpected: false,
+    };
+  }
   if (!known && isBackendUnavailable(thrown)) {
     return {
       error: new AppError('service_unavailable', 'A backing service does not answer; try again in a moment.', {
@@ -83,7 +91,10 @@ function wantsPage(request: FastifyRequest): boolean {
   return isPage && (request.headers.accept ?? '').includes('text/html');
 }
 
-/** Logs what an error answer does not say: our own faults, and a backend that does not answer. */
+/**
+ * Logs what an error answer does not say: our own faults, storage full (an error: the operator
+ * must make room), and a backend that does not answer.
+ */
 export function logAnswered(
   log: Pick<FastifyBaseLogger, 'error' | 'warn'>,
   thrown: unknown,
@@ -91,6 +102,7 @@ export function logAnswered(
   context: Record<string, unknown> = {},
 ): void {
   if (answered.unexpected) log.error({ ...context, err: thrown }, 'unexpected error');
+  else if (isStorageFull(thrown)) log.error({ ...context, err: thrown }, 'storage full');
   else if (answered.error.code === 'service_unavailable') log.warn({ ...context, err: thrown }, 'backend unavailable');
 }
 

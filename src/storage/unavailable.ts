@@ -32,3 +32,13 @@ export function isBackendUnavailable(err: unknown): boolean {
   }
   return false;
 }
+
+/**
+ * Whether an error means the storage has no room left: SQLite's database or disk full
+ * (`SQLITE_FULL`, also for a disk that met ENOSPC), PostgreSQL's `disk_full` (53100), a write
+ * that met ENOSPC. Nothing was stored; the request is 503 and the operator is told.
+ */
+export function isStorageFull(err: unknown): boolean {
+  const code = (err as { code?: unknown } | null)?.code;
+  return code === 'SQLITE_FULL' || code === '53100' || code === 'ENOSPC';
+}
