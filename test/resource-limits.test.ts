@@ -745,7 +745,7 @@ describe('a full disk', () => {
   }, async () => {
     const lines: string[] = [];
     const logger = pino({ level: 'warn' }, { write: (line: string) => void lines.push(line) });
-    const server = await startServer({ logger });
+    const server = await startServer({ logger, env: { WEBHOOK_ALLOW_PRIVATE: 'true' } });
     try {
       const key = await server.createKey({ hourly: 100_000 });
       // SQLite's own cap on the file's size: past it every write fails with SQLITE_FULL, as on
@@ -770,9 +770,17 @@ describe('a full disk', () => {
       expectError(refused, 503, 'service_unavailable');
       assert.match(refused.body.message, /no room/);
       assert.equal(refused.headers.get('retry-after'), '60');
-      // The anonymous quick-create meets the same.
+      // The anonymous quick-create meets the same, and so does a key with a webhook, whose create
+      // writes its delivery in the same transaction (which SQLite rolls back by itself).
       const cli = await request(`${server.url}/api/v1/cli`, { method: 'POST', body: `quick ${'z'.repeat(9000)}` });
       expectError(cli, 503, 'service_unavailable');
+      const hooked = await server.createKey({ hourly: 100_000, webhookUrl: 'http://127.0.0.1:9/hook' });
+      const withHook = await request(`${server.url}/api/v1/paste`, {
+        method: 'POST',
+        headers: { 'x-api-key': hooked },
+        json: { content: `hooked ${'h'.repeat(9000)}` },
+      });
+      expectError(withHook, 503, 'service_unavailable');
       const logged = lines.map((line) => JSON.parse(line) as { level: number; msg: string });
       assert.ok(
         logged.some((entry) => entry.level === 50 && entry.msg === 'storage full'),

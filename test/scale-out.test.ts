@@ -451,7 +451,7 @@ describe('a backend that goes away gives fast 503s and the instance heals by its
         for (let round = 0; round < 15; round++) {
           await new Promise((r) => setTimeout(r, 150));
           const { rows } = await admin.query(
-            'SELECT count(pg_terminate_backend(pid)) AS n FROM pg_stat_activity WHERE application_name = $1',
+            'SELECT count(pg_terminate_backend(pid, 5000)) AS n FROM pg_stat_activity WHERE application_name = $1',
             [name],
           );
           terminated += Number(rows[0]?.n);

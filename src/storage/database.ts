@@ -7,7 +7,14 @@ import { mkdirSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, resolve } from 'node:path';
 import BetterSqlite3 from 'better-sqlite3';
-import { Kysely, PostgresDialect, SqliteDialect } from 'kysely';
+import {
+  type DatabaseConnection,
+  Kysely,
+  PostgresDialect,
+  SqliteDialect,
+  type SqliteDialectConfig,
+  SqliteDriver,
+} from 'kysely';
 import type pg from 'pg';
 import { ExpirySweeper } from './expiry-sweeper.js';
 import type { Database } from './schema.js';
@@ -85,7 +92,9 @@ function openSqlite(path: string, options: StorageOptions): Storage {
     writeGate.install(sqlite);
     expirySweeper = new ExpirySweeper(path, writeGate, checkpointer, options.walRestartPages);
   }
-  const db = new Kysely<Database>({ dialect: new SqliteDialect({ database: withStatementCache(sqlite) }) });
+  const db = new Kysely<Database>({
+    dialect: new SqliteDialectKeepingErrors(sqlite, { database: withStatementCache(sqlite) }),
+  });
   return {
     db,
     dialect: 'sqlite',
@@ -102,6 +111,30 @@ function openSqlite(path: string, options: StorageOptions): Storage {
       expirySweeper?.closeLogHeader(); // after the last connection: see ExpirySweeper.logHeader
     },
   };
+}
+
+/**
+ * SQLite rolls a transaction back by itself when a statement in it fails with SQLITE_FULL (and
+ * a few others); Kysely's ROLLBACK after it then fails ("no transaction is active") and that
+ * error replaces the one that says why (a full disk, a 503, became a 500). The rollback is sent
+ * only while a transaction is open.
+ */
+class SqliteDialectKeepingErrors extends SqliteDialect {
+  constructor(
+    private readonly sqlite: BetterSqlite3.Database,
+    private readonly config: SqliteDialectConfig,
+  ) {
+    super(config);
+  }
+
+  override createDriver(): SqliteDriver {
+    const sqlite = this.sqlite;
+    return new (class extends SqliteDriver {
+      override async rollbackTransaction(connection: DatabaseConnection): Promise<void> {
+        if (sqlite.inTransaction) await super.rollbackTransaction(connection);
+      }
+    })(this.config);
+  }
 }
 
 /**
