@@ -13,12 +13,14 @@
  * held since. A burn (which must be exact) never goes through here.
  *
  * A chunk whose write fails other than by the database's refusal is unsettled: on PostgreSQL the
- * write may have committed with its reply lost. It is written again under the token of its first write (addViews), before anything
- * else, until that succeeds, so it is added once either way. Until then reads show its counts too
- * (twice, if the first write committed, never none) and writtenEpoch() is null.
+ * write may have committed with its reply lost. It is written again under the token of its first
+ * write (addViews), before anything else, until that succeeds, so it is added once either way.
+ * Until then reads show its counts too (twice, if the first write committed, never none) and
+ * writtenEpoch() is null.
  */
 import { randomUUID } from 'node:crypto';
 import type { PasteRepository, ViewChunk } from '../storage/paste-repository.js';
+import { refusedByDatabase } from '../storage/unavailable.js';
 import { ViewTable } from './view-table.js';
 
 /** Pastes whose views are written in one statement or transaction (under 1 ms). */
@@ -30,25 +32,19 @@ const CHUNK = 250;
  */
 const RECENT_MS = 10_000;
 
-/**
- * Whether a failed write was refused by PostgreSQL itself (an error with its SQLSTATE): the
- * statement then ended in a rollback, so nothing of it was written. A connection exception (08)
- * or a backend terminated (57P01-57P03) may come at any moment, and a lost connection or a
- * client's time-out has no SQLSTATE: those writes may have committed.
- */
-function refusedByDatabase(error: unknown): boolean {
-  const { code, severity } = (error ?? {}) as { code?: unknown; severity?: unknown };
-  return (
-    typeof severity === 'string' &&
-    typeof code === 'string' &&
-    /^[0-9A-Z]{5}$/.test(code) &&
-    !code.startsWith('08') &&
-    !/^57P0[1-3]$/.test(code)
-  );
-}
-
 /** How often an instance drops the chunks' tokens past their life (PostgreSQL). */
 const FORGET_TOKENS_EVERY_MS = 10 * 60 * 1000;
+
+/** The counts of `table` at `slots` that are not 0 (forgotten), as a chunk to write. */
+function chunkOf(table: ViewTable, slots: ArrayLike<number>): ViewChunk {
+  const chunk: ViewChunk = [];
+  for (let j = 0; j < slots.length; j++) {
+    const slot = slots[j] as number;
+    const count = table.countAt(slot);
+    if (count > 0) chunk.push([table.idAt(slot), count, table.createdAtOf(slot)]);
+  }
+  return chunk;
+}
 
 /** A chunk whose write failed, and the token it is written again under. */
 interface Unsettled {
@@ -187,12 +183,7 @@ export class ViewCounter {
       for (let i = 0; i < slots.length; i += CHUNK) {
         if (i > 0) await new Promise((resolve) => setImmediate(resolve));
         const end = Math.min(i + CHUNK, slots.length);
-        const chunk: ViewChunk = [];
-        for (let j = i; j < end; j++) {
-          const slot = slots[j] as number;
-          const count = batch.countAt(slot);
-          if (count > 0) chunk.push([batch.idAt(slot), count, batch.createdAtOf(slot)]); // 0: forgotten
-        }
+        const chunk = chunkOf(batch, slots.subarray(i, end));
         if (chunk.length > 0 && !this.pastes.addViewsNow(chunk)) {
           const token = this.pastes.soleWriter ? '' : randomUUID();
           try {
@@ -225,11 +216,8 @@ export class ViewCounter {
    */
   private unsettle(token: string, batch: ViewTable, slots: Int32Array): void {
     const counts = new ViewTable(slots.length * 2);
-    for (const slot of slots) {
-      const n = batch.countAt(slot);
-      if (n > 0) counts.add(batch.idAt(slot), n, batch.createdAtOf(slot));
-      batch.setCount(slot, 0);
-    }
+    for (const [id, n, createdAt] of chunkOf(batch, slots)) counts.add(id, n, createdAt);
+    for (const slot of slots) batch.setCount(slot, 0);
     this.unsettled = { token, counts };
   }
 
@@ -240,11 +228,7 @@ export class ViewCounter {
    */
   private async settle(): Promise<void> {
     const { token, counts } = this.unsettled as Unsettled;
-    const chunk: ViewChunk = [];
-    for (const slot of counts.sortedSlots()) {
-      const n = counts.countAt(slot);
-      if (n > 0) chunk.push([counts.idAt(slot), n, counts.createdAtOf(slot)]);
-    }
+    const chunk = chunkOf(counts, counts.sortedSlots());
     if (chunk.length > 0 && !this.pastes.addViewsNow(chunk)) {
       await this.pastes.addViews(chunk, token);
       this.keepWritten(chunk, null);

@@ -14,6 +14,9 @@ const NETWORK_CODES = new Set([
   'EAI_AGAIN',
 ]);
 
+/** PostgreSQL's connection exceptions (08) and a backend terminated or shut down (57P01-03). */
+const CONNECTION_LOST_SQLSTATE = /^(08|57P0[1-3])/;
+
 export function isBackendUnavailable(err: unknown): boolean {
   if (!err || typeof err !== 'object') return false;
   const { code, message } = err as { code?: unknown; message?: unknown };
@@ -22,7 +25,7 @@ export function isBackendUnavailable(err: unknown): boolean {
     // PostgreSQL: connection exceptions (08), operator intervention (57P01-03: shutdown; 57014:
     // a statement cancelled at statement_timeout), a lock not had in time (55P03), insufficient
     // resources (53).
-    if (/^(08|53)/.test(code) || /^57P0[1-3]$/.test(code) || code === '57014' || code === '55P03') return true;
+    if (CONNECTION_LOST_SQLSTATE.test(code) || /^53/.test(code) || code === '57014' || code === '55P03') return true;
     if (code === 'SQLITE_BUSY' || code === 'SQLITE_LOCKED') return true;
   }
   if (typeof message === 'string') {
@@ -41,4 +44,20 @@ export function isBackendUnavailable(err: unknown): boolean {
 export function isStorageFull(err: unknown): boolean {
   const code = (err as { code?: unknown } | null)?.code;
   return code === 'SQLITE_FULL' || code === '53100' || code === 'ENOSPC';
+}
+
+/**
+ * Whether a failed statement was refused by PostgreSQL itself (an error with its SQLSTATE): it
+ * then ended in a rollback, so nothing of it was written. A connection exception or a backend
+ * terminated may come at any moment, and a lost connection or a client's time-out has no
+ * SQLSTATE: such a statement may have committed.
+ */
+export function refusedByDatabase(err: unknown): boolean {
+  const { code, severity } = (err ?? {}) as { code?: unknown; severity?: unknown };
+  return (
+    typeof severity === 'string' &&
+    typeof code === 'string' &&
+    /^[0-9A-Z]{5}$/.test(code) &&
+    !CONNECTION_LOST_SQLSTATE.test(code)
+  );
 }
