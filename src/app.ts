@@ -12,6 +12,7 @@ import { AppError } from './errors.js';
 import { registerCliRoutes } from './http/api/cli-routes.js';
 import { createFromJson, registerPasteRoutes } from './http/api/paste-routes.js';
 import { answerClientError, answerUnmetExpectations } from './http/client-errors.js';
+import { ErrorLog } from './http/error-log.js';
 import { sendError } from './http/error-presenter.js';
 import { askForBodiesWhenAdmitted } from './http/expect-continue.js';
 import { answerLaneReadFailures, FastLane, serverWithFastLane } from './http/fast-lane.js';
@@ -85,6 +86,8 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     quota: services.quota,
     presenter: services.presenter,
   };
+  // The error answers' log lines, the lane's and the framework's together (error-log.ts).
+  const errorLog = new ErrorLog(deps.logger);
   const lane = new FastLane({
     ...apiDeps,
     readPage: (read) => readPageParts(read, services.presenter),
@@ -111,6 +114,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     },
     createFromJson: async (body, key, ip) => createFromJson(apiDeps, (parseJson as JsonBodyParser)(body), key, ip),
     logger: deps.logger,
+    errorLog,
   });
   const app = Fastify({
     // Plain successful reads of /raw and /api/v1/paste/{id} skip the framework (fast-lane.ts).
@@ -136,7 +140,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     routerOptions: { maxParamLength: 200, ignoreTrailingSlash: false },
     // A path the router cannot even decode (bad percent-encoding, a parameter past the length
     // limit) names no paste: 404 in the envelope like any other unknown address.
-    frameworkErrors: (error, request, reply) => sendError(request, reply, error),
+    frameworkErrors: (error, request, reply) => sendError(errorLog, request, reply, error),
     // What Node's parser refuses before any route runs still gets the envelope (client-errors.ts).
     clientErrorHandler: answerClientError,
   });
@@ -190,6 +194,11 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     app.server.once('close', () => clearInterval(reaper));
     done();
   });
+  // The counts of error lines left out are written before the process ends.
+  app.addHook('onClose', (_instance, done) => {
+    errorLog.flush();
+    done();
+  });
   throttle = registerNotFoundThrottle(app, { limitPerMinute: config.notFoundLimitPerMinute, clock: services.clock });
   registerUploadSlots(app);
   askForBodiesWhenAdmitted(app);
@@ -220,12 +229,13 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     return { error: true, message: 'A backing service does not answer.', code: 'service_unavailable', data };
   });
 
-  app.setErrorHandler((error, request, reply) => sendError(request, reply, error));
+  app.setErrorHandler((error, request, reply) => sendError(errorLog, request, reply, error));
   app.setNotFoundHandler((request, reply) => {
     const path = request.url.split('?')[0] ?? '/';
     const allowed = METHODS.filter((method) => known.find(method, path) !== null);
     if (allowed.length > 0) {
       return sendError(
+        errorLog,
         request,
         reply,
         new AppError('method_not_allowed', `${request.method} is not allowed here.`, {
@@ -233,7 +243,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
         }),
       );
     }
-    return sendError(request, reply, new AppError('not_found', 'There is nothing at this address.'));
+    return sendError(errorLog, request, reply, new AppError('not_found', 'There is nothing at this address.'));
   });
   return app;
 }

@@ -37,17 +37,22 @@ export async function serve(config: Config): Promise<void> {
     closing = true;
     app.log.info({ signal }, 'shutting down');
     clearInterval(sweeper);
-    try {
-      // Stop accepting and finish the requests in flight, then let the webhook worker finish its
-      // attempts and give back its claims.
-      await app.close();
-      await services.close();
-      await storage.close();
-      process.exit(0);
-    } catch (err) {
-      app.log.error({ err }, 'shutdown failed');
-      process.exit(1);
-    }
+    // Stop accepting and finish the requests in flight, then write what is held in memory and let
+    // the webhook worker finish its attempts and give back its claims. Each step is taken even if
+    // one before it failed (the storage refusing writes, say); the exit code says whether all went well.
+    let clean = true;
+    const step = async (name: string, run: () => Promise<unknown>) => {
+      try {
+        if ((await run()) === false) clean = false;
+      } catch (err) {
+        clean = false;
+        app.log.error({ err, step: name }, 'shutdown failed');
+      }
+    };
+    await step('requests', () => app.close());
+    await step('services', () => services.close());
+    await step('storage', () => storage.close());
+    process.exit(clean ? 0 : 1);
   };
   process.on('SIGTERM', () => void shutdown('SIGTERM'));
   process.on('SIGINT', () => void shutdown('SIGINT'));

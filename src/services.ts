@@ -36,8 +36,13 @@ export interface Services {
   webhookWorker: DeliveryWorker;
   /** Whether each backend answers now, for /readyz. */
   health(): Promise<{ database: boolean; redis: boolean | null }>;
-  /** Closes what the services opened besides the storage (the Redis connection). */
-  close(): Promise<void>;
+  /**
+   * Writes what is held in memory, gives back the webhook claims and closes what the services
+   * opened besides the storage (the Redis connection). Every step is tried whatever the others
+   * do; what failed is logged, and the promise resolves to false (the storage refused writes or
+   * did not answer).
+   */
+  close(): Promise<boolean>;
 }
 
 export interface ServiceOptions {
@@ -161,8 +166,22 @@ export async function createServices(storage: Storage, options: ServiceOptions =
       // so a receiver that hangs never turns a clean stop into a SIGKILL. An attempt cut short
       // has its claim given back and is sent again later, with the same webhook-id.
       const graceMs = Math.min(config.webhookTimeoutMs + 1000, 3000);
-      await Promise.all([webhookWorker.stop(graceMs), pastes.views.flush().then(() => counters.flush())]);
+      const [claims, quotaHeld] = await Promise.all([
+        webhookWorker.stop(graceMs).then(
+          () => null,
+          (err: unknown) => err,
+        ),
+        pastes.views.flush().then(() => counters.flush()),
+      ]);
       if (redis) redis.disconnect();
+      const log = options.logger ?? silentLogger;
+      const viewsHeld = pastes.views.held();
+      if (claims !== null) {
+        log.warn({ err: claims }, 'webhook claims not given back: other instances take them when their lease ends');
+      }
+      if (viewsHeld.views > 0) log.error(viewsHeld, 'view counts not written');
+      if (quotaHeld > 0) log.error({ uses: quotaHeld }, 'quota counts not written');
+      return claims === null && viewsHeld.views === 0 && quotaHeld === 0;
     },
   };
 }

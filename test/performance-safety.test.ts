@@ -16,6 +16,7 @@ import pg from 'pg';
 import { pino } from 'pino';
 import { AppError } from '../src/errors.js';
 import { heapFlagsFor, POSTGRES_HEAP_GROWING_PERCENT } from '../src/heap-growth.js';
+import { ErrorLog } from '../src/http/error-log.js';
 import { FastLane, serverWithFastLane } from '../src/http/fast-lane.js';
 import { KEY_CACHE_MS } from '../src/keys/key-service.js';
 import { OwnerListing } from '../src/pastes/owner-listing.js';
@@ -1808,6 +1809,7 @@ describe('the fast lane', () => {
       trustProxy: false,
       admits: () => true,
       holdWhileReading: () => null,
+      errorLog: new ErrorLog(undefined),
       createFromJson: failing,
     });
     const front = serverWithFastLane(lane)((req, res) => server.app.routing(req, res), {});

@@ -14,6 +14,8 @@ import { after, before, describe, it } from 'node:test';
 import { deflateSync, gzipSync } from 'node:zlib';
 import { pino } from 'pino';
 import { loadConfig } from '../src/config.js';
+import { ErrorLog } from '../src/http/error-log.js';
+import { toAppError } from '../src/http/error-presenter.js';
 import { MAX_HIGHLIGHT_BYTES } from '../src/http/web/highlight.js';
 import { Semaphore } from '../src/pastes/passwords.js';
 import { expectError, request, sqlText, startServer, type TestServer } from './helpers.js';
@@ -802,5 +804,133 @@ describe('a full disk', () => {
     } finally {
       await server.close();
     }
+  });
+});
+
+describe('storage that refuses writes', () => {
+  it('a create on a database that will not take writes is 503 with Retry-After, logged once as an error with the count of the rest; reads go on, their views are kept, and creates resume', {
+    skip:
+      Boolean(process.env.TEST_DATABASE_URL) &&
+      'SQLite here; scale-out.test.ts has PostgreSQL turned read-only under the server',
+  }, async () => {
+    const lines: string[] = [];
+    const logger = pino({ level: 'warn' }, { write: (line: string) => void lines.push(line) });
+    const server = await startServer({ logger });
+    const logged = () => lines.map((line) => JSON.parse(line) as Record<string, unknown>);
+    let closed = false;
+    try {
+      const key = await server.createKey({ hourly: 100_000 });
+      const before = await request(`${server.url}/api/v1/paste`, {
+        method: 'POST',
+        headers: { 'x-api-key': key },
+        json: { content: 'stored before' },
+      });
+      assert.equal(before.status, 201, before.text);
+      const id = before.body.data.paste_id as string;
+      // SQLite's own refusal, as from a file or directory made read-only or a database file
+      // replaced under the server: every write fails with SQLITE_READONLY.
+      const sqlite = server.services.storage.sqlite as import('better-sqlite3').Database;
+      sqlite.pragma('query_only = ON');
+      const refused: Array<Awaited<ReturnType<typeof request>>> = [];
+      for (let i = 0; i < 20; i++) {
+        refused.push(
+          await request(`${server.url}/api/v1/paste`, {
+            method: 'POST',
+            headers: { 'x-api-key': key },
+            json: { content: `refused ${i}` },
+          }),
+        );
+      }
+      for (let i = 0; i < 5; i++) {
+        refused.push(await request(`${server.url}/api/v1/cli`, { method: 'POST', body: `quick ${i}` }));
+      }
+      for (const res of refused) {
+        expectError(res, 503, 'service_unavailable');
+        assert.match(res.body.message, /cannot write to its storage/);
+        assert.equal(res.headers.get('retry-after'), '60');
+      }
+      // Reads are served from what is stored, and their views are counted.
+      for (let i = 0; i < 3; i++) assert.equal((await request(`${server.url}/raw/${id}`)).text, 'stored before');
+      await server.services.pastes.views.flush(); // refused: the counts stay pending
+      const told = logged().filter((entry) => entry.msg === 'storage refuses writes');
+      assert.equal(told.length, 1, 'one line for 25 refusals while the window is open');
+      assert.equal(told[0]?.level, 50);
+      assert.equal((told[0]?.err as { code?: string }).code, 'SQLITE_READONLY');
+      assert.ok(!logged().some((entry) => entry.msg === 'unexpected error'), 'not as a fault of ours');
+      // Writable again: the same server creates at once, and the views held are written.
+      sqlite.pragma('query_only = OFF');
+      const again = await request(`${server.url}/api/v1/paste`, {
+        method: 'POST',
+        headers: { 'x-api-key': key },
+        json: { content: 'writable again' },
+      });
+      assert.equal(again.status, 201, again.text);
+      assert.equal((await request(`${server.url}/raw/${again.body.data.paste_id}`)).text, 'writable again');
+      await server.services.pastes.views.flush();
+      const [row] = sqlite.prepare('SELECT views FROM paste_views WHERE paste_id = ?').all(id) as Array<{
+        views: number;
+      }>;
+      assert.equal(row?.views, 3, 'the three reads while writes were refused');
+      await server.close();
+      closed = true;
+      // The rest of the window's refusals, counted, in one line when the server closes.
+      const counted = logged().filter((entry) => entry.msg === 'storage refuses writes: 24 more like it not logged');
+      assert.equal(counted.length, 1, JSON.stringify(logged()));
+      assert.equal(counted[0]?.alsoFailed, 24);
+      assert.equal(counted[0]?.code, 'SQLITE_READONLY');
+    } finally {
+      if (!closed) await server.close();
+    }
+  });
+
+  it('an I/O error of either storage is the same 503; a window of one kind of failure closes after its time and the next is logged whole', async () => {
+    for (const code of ['SQLITE_IOERR_WRITE', 'SQLITE_IOERR_FSYNC', 'SQLITE_READONLY_DBMOVED', '25006', '58030']) {
+      const answered = toAppError(Object.assign(new Error('storage failed'), { code }));
+      assert.equal(answered.unexpected, false, code);
+      assert.equal(answered.error.code, 'service_unavailable', code);
+      assert.equal(answered.error.headers['retry-after'], '60', code);
+    }
+    // A constraint violation is still our own fault, told as such.
+    assert.equal(
+      toAppError(Object.assign(new Error('constraint'), { code: 'SQLITE_CONSTRAINT_PRIMARYKEY' })).unexpected,
+      true,
+    );
+
+    const lines: Array<{ level: string; fields: Record<string, unknown>; msg: string }> = [];
+    const sink = (level: string) => (fields: Record<string, unknown>, msg: string) =>
+      void lines.push({ level, fields, msg });
+    const log = { error: sink('error'), warn: sink('warn') } as never;
+    const errorLog = new ErrorLog(log, 100);
+    const fail = (code: string) => {
+      const thrown = Object.assign(new Error('failed'), { code });
+      errorLog.answered(log, thrown, toAppError(thrown), { reqId: code });
+    };
+    fail('ECONNREFUSED');
+    fail('ECONNREFUSED');
+    fail('57P01'); // another kind: its own first line
+    fail('ECONNREFUSED');
+    fail('SQLITE_IOERR_WRITE');
+    assert.deepEqual(
+      lines.map((line) => [line.level, line.msg, line.fields.reqId]),
+      [
+        ['warn', 'backend unavailable', 'ECONNREFUSED'],
+        ['warn', 'backend unavailable', '57P01'],
+        ['error', 'storage refuses writes', 'SQLITE_IOERR_WRITE'],
+      ],
+    );
+    await new Promise((resolve) => setTimeout(resolve, 250));
+    assert.deepEqual(
+      lines.slice(3).map((line) => [line.level, line.msg, line.fields.alsoFailed, line.fields.code]),
+      [['warn', 'backend unavailable: 2 more like it not logged', 2, 'ECONNREFUSED']],
+      'only the window with more than its first line says so',
+    );
+    fail('ECONNREFUSED');
+    assert.equal(lines.at(-1)?.msg, 'backend unavailable', 'a new window begins with a whole line');
+    assert.ok(lines.at(-1)?.fields.err instanceof Error);
+    errorLog.flush();
+    assert.equal(lines.length, 5, 'a window with its first line alone writes nothing more');
+    // Our own faults are each logged: their answers name the request whose line has the detail.
+    for (let i = 0; i < 3; i++) errorLog.answered(log, new Error('bug'), toAppError(new Error('bug')));
+    assert.equal(lines.filter((line) => line.msg === 'unexpected error').length, 3);
   });
 });

@@ -10,10 +10,21 @@ import { connect } from 'node:net';
 import { after, before, describe, it } from 'node:test';
 import { sql } from 'kysely';
 import pg from 'pg';
+import { pino } from 'pino';
 import { REDIS_COMMAND_TIMEOUT_MS } from '../src/services.js';
 import { openStorage, STATEMENT_TIMEOUT_MS } from '../src/storage/database.js';
 import { migrateToLatest } from '../src/storage/migrations.js';
-import { freePort, freshDatabase, postgresProxy, queryDatabase, tcpProxy } from './helpers.js';
+import {
+  expectError,
+  freePort,
+  freshDatabase,
+  postgresProxy,
+  queryDatabase,
+  request,
+  startServer,
+  type TestServer,
+  tcpProxy,
+} from './helpers.js';
 import { fastpaste, type ServerProcess, startServerProcess } from './server-process.js';
 
 const TEST_DB = process.env.TEST_DATABASE_URL;
@@ -72,6 +83,56 @@ function listening(port: number): Promise<true | undefined> {
     });
     socket.once('error', () => resolve(undefined));
   });
+}
+
+/**
+ * A fresh schema used through a login role of its own, so that the server's connections alone
+ * can be turned read-only and dropped, as a failover to a standby drops them and the pool
+ * reconnects to a server that takes no writes.
+ */
+async function databaseOfItsOwnRole(): Promise<{
+  url: string;
+  admin: pg.Client;
+  schema: string;
+  failover(options: { readOnly: boolean }): Promise<void>;
+  drop(): Promise<void>;
+}> {
+  const role = `fp_ro_${process.pid}_${Date.now()}`;
+  const password = `pw${Date.now()}`;
+  const admin = new pg.Client({ connectionString: TEST_DB });
+  await admin.connect();
+  const db = await freshDatabase();
+  const schema = new URL(db.url).searchParams.get('options')?.match(/search_path=(\w+)/)?.[1] as string;
+  await admin.query(`CREATE ROLE ${role} LOGIN PASSWORD '${password}'`);
+  await admin.query(`GRANT ALL ON SCHEMA ${schema} TO ${role}`);
+  const url = new URL(db.url);
+  url.username = role;
+  url.password = password;
+  return {
+    url: url.toString(),
+    admin,
+    schema,
+    async failover({ readOnly }) {
+      await admin.query(
+        readOnly
+          ? `ALTER ROLE ${role} SET default_transaction_read_only = on`
+          : `ALTER ROLE ${role} RESET default_transaction_read_only`,
+      );
+      await admin.query('SELECT count(pg_terminate_backend(pid, 5000)) FROM pg_stat_activity WHERE usename = $1', [
+        role,
+      ]);
+    },
+    async drop() {
+      try {
+        await db.drop();
+      } finally {
+        // Whatever the role still owns or may use goes with it, even if the schema's drop failed.
+        await admin.query(`DROP OWNED BY ${role} CASCADE`);
+        await admin.query(`DROP ROLE IF EXISTS ${role}`);
+        await admin.end();
+      }
+    },
+  };
 }
 
 describe('two instances on one PostgreSQL and one Redis', { skip }, () => {
@@ -487,6 +548,119 @@ describe('a backend that goes away gives fast 503s and the instance heals by its
       await server?.stop();
       await admin.end();
       await db.drop();
+    }
+  });
+
+  it('a failover to a server that takes no writes: creates 503 saying so, logged once with a count, reads and their views kept, creates again after', async () => {
+    const { url, admin, schema, failover, drop } = await databaseOfItsOwnRole();
+    const lines: string[] = [];
+    const logger = pino({ level: 'warn' }, { write: (line: string) => void lines.push(line) });
+    const logged = () => lines.map((line) => JSON.parse(line) as Record<string, unknown>);
+    let server: TestServer | undefined;
+    try {
+      server = await startServer({ databaseUrl: url, logger });
+      const key = await server.createKey({ hourly: 100_000 });
+      const create = (content: string) =>
+        request(`${(server as TestServer).url}/api/v1/paste`, {
+          method: 'POST',
+          headers: { 'x-api-key': key },
+          json: { content },
+        });
+      const stored = await create('stored before');
+      assert.equal(stored.status, 201, stored.text);
+      const id = stored.body.data.paste_id as string;
+
+      await failover({ readOnly: true });
+      const statuses: number[] = [];
+      let refusedAsReadOnly = 0;
+      for (let i = 0; i < 30; i++) {
+        const res: Awaited<ReturnType<typeof request>> = await (i % 3 === 2
+          ? request(`${server.url}/api/v1/cli`, { method: 'POST', body: `quick ${i}` })
+          : create(`refused ${i}`));
+        statuses.push(res.status);
+        expectError(res, 503, 'service_unavailable');
+        if (/cannot write to its storage/.test(res.body.message)) {
+          refusedAsReadOnly++;
+          assert.equal(res.headers.get('retry-after'), '60');
+        }
+      }
+      assert.ok(refusedAsReadOnly >= 25, `${refusedAsReadOnly} of 30 said the storage takes no writes`);
+      for (let i = 0; i < 3; i++) {
+        const read = await request(`${server.url}/raw/${id}`);
+        assert.equal(read.status, 200, read.text);
+        assert.equal(read.text, 'stored before');
+      }
+      await server.services.pastes.views.flush(); // refused: the counts stay pending
+      const told = logged().filter((entry) => entry.msg === 'storage refuses writes');
+      assert.equal(told.length, 1, 'one line while the window is open');
+      assert.equal((told[0]?.err as { code?: string }).code, '25006');
+      assert.ok(!logged().some((entry) => entry.msg === 'unexpected error'), 'not as a fault of ours');
+
+      // Back to a server that takes writes.
+      await failover({ readOnly: false });
+      let again = await create('writable again');
+      for (let i = 0; i < 5 && again.status === 503; i++) again = await create('writable again');
+      assert.equal(again.status, 201, again.text);
+      assert.equal((await request(`${server.url}/raw/${again.body.data.paste_id}`)).text, 'writable again');
+      await server.services.pastes.views.flush();
+      const [row] = await admin
+        .query(`SELECT views FROM ${schema}.paste_views WHERE paste_id = $1`, [id])
+        .then((r) => r.rows);
+      assert.equal(Number(row?.views), 3, 'the reads while writes were refused');
+      await server.close();
+      server = undefined;
+      const counted = logged().find((entry) => String(entry.msg).startsWith('storage refuses writes: '));
+      assert.equal(counted?.alsoFailed, refusedAsReadOnly - 1, JSON.stringify(logged()));
+    } finally {
+      await server?.close();
+      await drop();
+    }
+  });
+
+  it('a shutdown while the database takes no writes: every step is taken, what could not be written is logged, and the exit code is 1', async () => {
+    const { url, failover, drop } = await databaseOfItsOwnRole();
+    const env = { DATABASE_URL: url, REDIS_URL: '' };
+    let server: ServerProcess | undefined;
+    try {
+      const key = await createKey(env, ['--hourly', '1000']);
+      const started = await startServerProcess(env);
+      server = started;
+      const created = await fetch(`${started.url}/api/v1/paste`, {
+        method: 'POST',
+        headers: { 'x-api-key': key, 'content-type': 'application/json' },
+        body: JSON.stringify({ content: 'read while the storage is read-only' }),
+      });
+      assert.equal(created.status, 201);
+      const id = ((await created.json()) as { data: { paste_id: string } }).data.paste_id;
+      await failover({ readOnly: true });
+      for (let i = 0; i < 3; i++) {
+        let read = await fetch(`${started.url}/raw/${id}`);
+        if (read.status === 503) read = await fetch(`${started.url}/raw/${id}`); // met the failover
+        assert.equal(read.status, 200);
+        await read.text();
+      }
+      const t0 = Date.now();
+      const code = await started.stop();
+      const took = Date.now() - t0;
+      server = undefined;
+      const lines = started
+        .output()
+        .split('\n')
+        .filter((line) => line.startsWith('{'))
+        .map((line) => JSON.parse(line) as Record<string, unknown>);
+      assert.equal(code, 1, started.output());
+      assert.ok(took < 8000, `stopped in ${took} ms`);
+      const views = lines.find((line) => line.msg === 'view counts not written');
+      assert.equal(views?.views, 3, started.output());
+      assert.equal(views?.pastes, 1);
+      assert.ok(
+        lines.some((line) => String(line.msg).startsWith('webhook claims not given back')),
+        'the claims step was taken and said so',
+      );
+      assert.ok(!lines.some((line) => line.msg === 'shutdown failed'), 'no step threw');
+    } finally {
+      await server?.stop();
+      await drop();
     }
   });
 

@@ -5,9 +5,10 @@
  * web pages.
  */
 import type { Socket } from 'node:net';
-import type { FastifyBaseLogger, FastifyReply, FastifyRequest } from 'fastify';
+import type { FastifyReply, FastifyRequest } from 'fastify';
 import { AppError, type ErrorCode, type FieldProblem, invalidRequest } from '../errors.js';
-import { isBackendUnavailable, isStorageFull } from '../storage/unavailable.js';
+import { isBackendUnavailable, isStorageFull, isStorageRefusingWrites } from '../storage/unavailable.js';
+import type { ErrorLog } from './error-log.js';
 import { SECURITY_HEADERS } from './security-headers.js';
 import { errorPage } from './web/pages.js';
 
@@ -63,6 +64,14 @@ export function toAppError(thrown: unknown): { error: AppError; unexpected: bool
       unexpected: false,
     };
   }
+  if (!known && isStorageRefusingWrites(thrown)) {
+    return {
+      error: new AppError('service_unavailable', 'The server cannot write to its storage right now; try again later.', {
+        headers: { 'retry-after': '60' },
+      }),
+      unexpected: false,
+    };
+  }
   if (!known && isBackendUnavailable(thrown)) {
     return {
       error: new AppError('service_unavailable', 'A backing service does not answer; try again in a moment.', {
@@ -91,21 +100,6 @@ function wantsPage(request: FastifyRequest): boolean {
   return isPage && (request.headers.accept ?? '').includes('text/html');
 }
 
-/**
- * Logs what an error answer does not say: our own faults, storage full (an error: the operator
- * must make room), and a backend that does not answer.
- */
-export function logAnswered(
-  log: Pick<FastifyBaseLogger, 'error' | 'warn'>,
-  thrown: unknown,
-  answered: { error: AppError; unexpected: boolean },
-  context: Record<string, unknown> = {},
-): void {
-  if (answered.unexpected) log.error({ ...context, err: thrown }, 'unexpected error');
-  else if (isStorageFull(thrown)) log.error({ ...context, err: thrown }, 'storage full');
-  else if (answered.error.code === 'service_unavailable') log.warn({ ...context, err: thrown }, 'backend unavailable');
-}
-
 /** The JSON envelope of an error answer (D7); our own faults name the request, whose log has the detail. */
 export function errorEnvelope(answered: { error: AppError; unexpected: boolean }, requestId: string) {
   const { error, unexpected } = answered;
@@ -117,10 +111,15 @@ export function errorEnvelope(answered: { error: AppError; unexpected: boolean }
   };
 }
 
-export function sendError(request: FastifyRequest, reply: FastifyReply, thrown: unknown): FastifyReply {
+export function sendError(
+  errorLog: ErrorLog,
+  request: FastifyRequest,
+  reply: FastifyReply,
+  thrown: unknown,
+): FastifyReply {
   const answered = toAppError(thrown);
   const { error } = answered;
-  logAnswered(request.log, thrown, answered);
+  errorLog.answered(request.log, thrown, answered);
   // Also here: some errors (an undecodable path) are answered before the onRequest hooks run.
   reply.headers(SECURITY_HEADERS);
   reply.code(error.status);

@@ -31,7 +31,8 @@ import type { PasteService, Read } from '../pastes/paste-service.js';
 import { isBackendUnavailable } from '../storage/unavailable.js';
 import { markQuotaCounted, markQuotaRefused } from './api/authentication.js';
 import { readPagination } from './api/pagination.js';
-import { errorEnvelope, logAnswered, toAppError } from './error-presenter.js';
+import type { ErrorLog } from './error-log.js';
+import { errorEnvelope, toAppError } from './error-presenter.js';
 import { readLimited } from './request-bodies.js';
 import { ResponseBatch } from './response-batch.js';
 import { SECURITY_HEADERS } from './security-headers.js';
@@ -61,6 +62,8 @@ export interface FastLaneDeps {
   /** A create from a JSON body's bytes by a key, from a client address: the 201's body, or a throw. */
   createFromJson(body: Buffer, key: ApiKey, ip: string): Promise<unknown>;
   logger?: Logger | undefined;
+  /** Logs the lane's error answers as the framework's are logged (error-log.ts). */
+  errorLog: ErrorLog;
 }
 
 type Lane = 'raw' | 'api' | 'view' | 'list' | 'create';
@@ -258,7 +261,7 @@ export class FastLane {
     const answered = toAppError(thrown);
     const requestId = randomUUID();
     const logger = this.deps.logger;
-    if (logger) logAnswered(logger, thrown, answered, { reqId: requestId, req: loggedRequest(req) });
+    if (logger) this.deps.errorLog.answered(logger, thrown, answered, { reqId: requestId, req: loggedRequest(req) });
     const body = JSON.stringify(errorEnvelope(answered, requestId));
     const headers = Object.assign({}, quotaHeaders, answered.error.headers);
     this.send(req, res, JSON_HEADERS, body, started, headers, answered.error.status);

@@ -20,8 +20,11 @@ export interface CounterStore {
   decrement(key: string, ttlSeconds: number): Promise<void>;
   /** The current count (0 when none). */
   read(key: string): Promise<number>;
-  /** Writes what is held in memory (a no-op for stores that write through). */
-  flush(): Promise<void>;
+  /**
+   * Writes what is held in memory (a no-op for stores that write through); resolves to the uses
+   * still held because their write failed (0 for stores that write through).
+   */
+  flush(): Promise<number>;
   /**
    * Adds one to each counter at once, if every one is held in memory and none would pass its
    * limit: returns the new counts. Otherwise changes nothing and returns undefined (the caller
@@ -82,7 +85,9 @@ export class LimiterCounterStore implements CounterStore {
     else if (delta < 0) await this.limiter.reward(key, -delta, { customDuration: ttlSeconds });
   }
 
-  async flush(): Promise<void> {}
+  async flush(): Promise<number> {
+    return 0;
+  }
 }
 
 function ignoreRejection(err: unknown): void {
@@ -167,7 +172,7 @@ export class BufferedCounterStore implements CounterStore {
     this.timer.unref();
   }
 
-  async flush(): Promise<void> {
+  async flush(): Promise<number> {
     if (this.timer) clearTimeout(this.timer);
     this.timer = null;
     if (this.flushing) await this.flushing;
@@ -190,6 +195,9 @@ export class BufferedCounterStore implements CounterStore {
     this.flushing = Promise.all(writes).then(() => {});
     await this.flushing;
     this.flushing = null;
+    let held = 0;
+    for (const entry of this.counts.values()) held += Math.abs(entry.unwritten);
+    return held;
   }
 }
 

@@ -134,6 +134,18 @@ export class ViewCounter {
   }
 
   /**
+   * The views counted and not known to be written, and of how many pastes: after the flush of a
+   * shutdown, what the storage refused (nothing when all went well).
+   */
+  held(): { pastes: number; views: number } {
+    const unsettled = this.unsettled?.counts;
+    return {
+      pastes: this.pending.size + this.writing.size + (unsettled?.size ?? 0),
+      views: this.pending.total() + this.writing.total() + (unsettled?.total() ?? 0),
+    };
+  }
+
+  /**
    * Writes every pending count (called on a timer, and on shutdown). Flushes run one at a time:
    * a call made while one runs waits for it (and for any that started meanwhile), then writes
    * what is pending, so when it returns every view counted before the call is written.

@@ -99,6 +99,13 @@ export class ViewTable {
     if (slot >= 0) this.counts[slot] = 0;
   }
 
+  /** The views held, over every id. */
+  total(): number {
+    let n = 0;
+    for (let i = 0; i < this.size; i++) n += this.counts[this.filled[i] as number] as number;
+    return n;
+  }
+
   idAt(slot: number): string {
     const offset = this.offsets[slot] as number;
     return this.arena.toString('utf8', offset, offset + (this.lengths[slot] as number));

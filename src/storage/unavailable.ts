@@ -47,6 +47,20 @@ export function isStorageFull(err: unknown): boolean {
 }
 
 /**
+ * Whether an error means the storage will not take writes or cannot do its I/O, a state only the
+ * operator ends: SQLite's read-only database (`SQLITE_READONLY*`: a file or directory made
+ * read-only, a database file moved or replaced under the server) or I/O error (`SQLITE_IOERR*`: a
+ * failing disk or network file system), PostgreSQL's read-only transaction (25006: a server that
+ * became a standby after a failover, or `default_transaction_read_only` set on it) or I/O error
+ * (58030). The statement did nothing; the request is 503 and the operator is told.
+ */
+export function isStorageRefusingWrites(err: unknown): boolean {
+  const code = (err as { code?: unknown } | null)?.code;
+  if (typeof code !== 'string') return false;
+  return /^SQLITE_(READONLY|IOERR)/.test(code) || code === '25006' || code === '58030';
+}
+
+/**
  * Whether a failed statement was refused by PostgreSQL itself (an error with its SQLSTATE): it
  * then ended in a rollback, so nothing of it was written. A connection exception or a backend
  * terminated may come at any moment, and a lost connection or a client's time-out has no
