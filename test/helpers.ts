@@ -196,7 +196,11 @@ export async function startServer(options: TestServerOptions = {}): Promise<Test
     ...(process.env.TEST_REDIS_URL ? { REDIS_URL: process.env.TEST_REDIS_URL } : {}),
     ...options.env,
   });
-  const services = await createServices(storage, { clock: clock.read, config });
+  const services = await createServices(storage, {
+    clock: clock.read,
+    config,
+    ...(options.logger ? { logger: options.logger } : {}),
+  });
   const app = await buildApp({ config, services, ...(options.logger ? { logger: options.logger } : {}) });
   await app.listen({ port, host: '127.0.0.1' });
   services.webhookWorker.start();

@@ -12,13 +12,14 @@ import assert from 'node:assert/strict';
 import net from 'node:net';
 import { after, before, describe, it } from 'node:test';
 import { deflateSync, gzipSync } from 'node:zlib';
+import { ReplyError } from 'ioredis';
 import { pino } from 'pino';
 import { loadConfig } from '../src/config.js';
 import { ErrorLog } from '../src/http/error-log.js';
 import { toAppError } from '../src/http/error-presenter.js';
 import { MAX_HIGHLIGHT_BYTES } from '../src/http/web/highlight.js';
 import { Semaphore } from '../src/pastes/passwords.js';
-import { expectError, request, sqlText, startServer, type TestServer } from './helpers.js';
+import { createPaste, expectError, request, sqlText, startServer, type TestServer } from './helpers.js';
 
 const MiB = 1_048_576;
 
@@ -846,7 +847,7 @@ describe('storage that refuses writes', () => {
       }
       for (const res of refused) {
         expectError(res, 503, 'service_unavailable');
-        assert.match(res.body.message, /cannot write to its storage/);
+        assert.match(res.body.message, /takes no writes or is failing/);
         assert.equal(res.headers.get('retry-after'), '60');
       }
       // Reads are served from what is stored, and their views are counted.
@@ -884,12 +885,28 @@ describe('storage that refuses writes', () => {
   });
 
   it('an I/O error of either storage is the same 503; a window of one kind of failure closes after its time and the next is logged whole', async () => {
-    for (const code of ['SQLITE_IOERR_WRITE', 'SQLITE_IOERR_FSYNC', 'SQLITE_READONLY_DBMOVED', '25006', '58030']) {
-      const answered = toAppError(Object.assign(new Error('storage failed'), { code }));
-      assert.equal(answered.unexpected, false, code);
-      assert.equal(answered.error.code, 'service_unavailable', code);
-      assert.equal(answered.error.headers['retry-after'], '60', code);
+    const failures = [
+      ...['SQLITE_IOERR_WRITE', 'SQLITE_IOERR_FSYNC', 'SQLITE_READONLY_DBMOVED', '25006', '58030'].map((code) =>
+        Object.assign(new Error('storage failed'), { code }),
+      ),
+      // Redis's replies as ioredis gives them: a replica after a failover, a failed save.
+      new ReplyError("READONLY You can't write against a read only replica."),
+      new ReplyError(
+        'MISCONF Redis is configured to save RDB snapshots, but it is currently not able to persist on disk.',
+      ),
+    ];
+    for (const failure of failures) {
+      const answered = toAppError(failure);
+      assert.equal(answered.unexpected, false, failure.message);
+      assert.equal(answered.error.code, 'service_unavailable', failure.message);
+      assert.match(answered.error.message, /takes no writes or is failing/);
+      assert.equal(answered.error.headers['retry-after'], '60', failure.message);
     }
+    const oom = toAppError(new ReplyError("OOM command not allowed when used memory > 'maxmemory'."));
+    assert.match(oom.error.message, /no room/);
+    assert.equal(oom.error.status, 503);
+    // Another error reply of Redis is not the storage's state.
+    assert.equal(toAppError(new ReplyError('ERR wrong number of arguments')).unexpected, true);
     // A constraint violation is still our own fault, told as such.
     assert.equal(
       toAppError(Object.assign(new Error('constraint'), { code: 'SQLITE_CONSTRAINT_PRIMARYKEY' })).unexpected,
@@ -932,5 +949,38 @@ describe('storage that refuses writes', () => {
     // Our own faults are each logged: their answers name the request whose line has the detail.
     for (let i = 0; i < 3; i++) errorLog.answered(log, new Error('bug'), toAppError(new Error('bug')));
     assert.equal(lines.filter((line) => line.msg === 'unexpected error').length, 3);
+  });
+
+  it('closing while the database takes no writes: the last flushes are taken, and what they could not write is logged and told', {
+    skip:
+      Boolean(process.env.TEST_DATABASE_URL) && 'SQLite here; scale-out.test.ts stops a server process on PostgreSQL',
+  }, async () => {
+    const lines: string[] = [];
+    const logger = pino({ level: 'warn' }, { write: (line: string) => void lines.push(line) });
+    const server = await startServer({ logger });
+    try {
+      const key = await server.createKey({ hourly: 100_000 });
+      const id = await createPaste(server, key, { content: 'counted while read-only' });
+      await server.services.pastes.views.flush();
+      const sqlite = server.services.storage.sqlite as import('better-sqlite3').Database;
+      sqlite.pragma('query_only = ON');
+      for (let i = 0; i < 4; i++) assert.equal((await request(`${server.url}/raw/${id}`)).status, 200);
+      for (let i = 0; i < 2; i++) {
+        const read = await request(`${server.url}/api/v1/paste/${id}`, { headers: { 'x-api-key': key } });
+        assert.equal(read.status, 200, read.text);
+      }
+      await server.app.close();
+      assert.equal(await server.services.close(), false, 'told that not all was written');
+      const logged = lines.map((line) => JSON.parse(line) as Record<string, unknown>);
+      const views = logged.find((entry) => entry.msg === 'view counts not written');
+      assert.deepEqual([views?.views, views?.pastes, views?.possiblyWritten], [6, 1, 0], JSON.stringify(logged));
+      const quota = logged.find((entry) => entry.msg === 'quota counts not written');
+      assert.ok(Number(quota?.uses) >= 2, JSON.stringify(logged));
+      assert.ok(!logged.some((entry) => String(entry.msg).startsWith('webhook claims')), 'no claims were held');
+      // Writable again, the same close has nothing left to say.
+      sqlite.pragma('query_only = OFF');
+    } finally {
+      await server.close();
+    }
   });
 });

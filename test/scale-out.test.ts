@@ -101,10 +101,31 @@ async function databaseOfItsOwnRole(): Promise<{
   const password = `pw${Date.now()}`;
   const admin = new pg.Client({ connectionString: TEST_DB });
   await admin.connect();
-  const db = await freshDatabase();
-  const schema = new URL(db.url).searchParams.get('options')?.match(/search_path=(\w+)/)?.[1] as string;
-  await admin.query(`CREATE ROLE ${role} LOGIN PASSWORD '${password}'`);
-  await admin.query(`GRANT ALL ON SCHEMA ${schema} TO ${role}`);
+  let db: Awaited<ReturnType<typeof freshDatabase>> | undefined;
+  let schema: string;
+  const dropAll = async () => {
+    try {
+      await db?.drop();
+    } finally {
+      try {
+        // Whatever the role still owns or may use goes with it, even if the schema's drop failed.
+        await admin.query(
+          `DO $$ BEGIN IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '${role}') THEN DROP OWNED BY ${role} CASCADE; DROP ROLE ${role}; END IF; END $$`,
+        );
+      } finally {
+        await admin.end();
+      }
+    }
+  };
+  try {
+    db = await freshDatabase();
+    schema = new URL(db.url).searchParams.get('options')?.match(/search_path=(\w+)/)?.[1] as string;
+    await admin.query(`CREATE ROLE ${role} LOGIN PASSWORD '${password}'`);
+    await admin.query(`GRANT ALL ON SCHEMA ${schema} TO ${role}`);
+  } catch (err) {
+    await dropAll();
+    throw err;
+  }
   const url = new URL(db.url);
   url.username = role;
   url.password = password;
@@ -122,16 +143,7 @@ async function databaseOfItsOwnRole(): Promise<{
         role,
       ]);
     },
-    async drop() {
-      try {
-        await db.drop();
-      } finally {
-        // Whatever the role still owns or may use goes with it, even if the schema's drop failed.
-        await admin.query(`DROP OWNED BY ${role} CASCADE`);
-        await admin.query(`DROP ROLE IF EXISTS ${role}`);
-        await admin.end();
-      }
-    },
+    drop: dropAll,
   };
 }
 
@@ -579,7 +591,7 @@ describe('a backend that goes away gives fast 503s and the instance heals by its
           : create(`refused ${i}`));
         statuses.push(res.status);
         expectError(res, 503, 'service_unavailable');
-        if (/cannot write to its storage/.test(res.body.message)) {
+        if (/takes no writes or is failing/.test(res.body.message)) {
           refusedAsReadOnly++;
           assert.equal(res.headers.get('retry-after'), '60');
         }
@@ -607,13 +619,17 @@ describe('a backend that goes away gives fast 503s and the instance heals by its
         .query(`SELECT views FROM ${schema}.paste_views WHERE paste_id = $1`, [id])
         .then((r) => r.rows);
       assert.equal(Number(row?.views), 3, 'the reads while writes were refused');
-      await server.close();
+      const closing = server;
       server = undefined;
+      await closing.close();
       const counted = logged().find((entry) => String(entry.msg).startsWith('storage refuses writes: '));
       assert.equal(counted?.alsoFailed, refusedAsReadOnly - 1, JSON.stringify(logged()));
     } finally {
-      await server?.close();
-      await drop();
+      try {
+        await server?.close();
+      } finally {
+        await drop();
+      }
     }
   });
 
@@ -639,6 +655,20 @@ describe('a backend that goes away gives fast 503s and the instance heals by its
         assert.equal(read.status, 200);
         await read.text();
       }
+      // Without Redis a key's quota is counted in PostgreSQL: its requests meet the refusal
+      // there first, and are told the same.
+      for (const keyed of [
+        fetch(`${started.url}/api/v1/paste/${id}`, { headers: { 'x-api-key': key } }),
+        fetch(`${started.url}/api/v1/paste`, {
+          method: 'POST',
+          headers: { 'x-api-key': key, 'content-type': 'application/json' },
+          body: JSON.stringify({ content: 'refused' }),
+        }),
+      ]) {
+        const res = await keyed;
+        assert.equal(res.status, 503);
+        assert.match(((await res.json()) as { message: string }).message, /takes no writes or is failing/);
+      }
       const t0 = Date.now();
       const code = await started.stop();
       const took = Date.now() - t0;
@@ -651,16 +681,78 @@ describe('a backend that goes away gives fast 503s and the instance heals by its
       assert.equal(code, 1, started.output());
       assert.ok(took < 8000, `stopped in ${took} ms`);
       const views = lines.find((line) => line.msg === 'view counts not written');
-      assert.equal(views?.views, 3, started.output());
-      assert.equal(views?.pastes, 1);
-      assert.ok(
-        lines.some((line) => String(line.msg).startsWith('webhook claims not given back')),
-        'the claims step was taken and said so',
-      );
+      assert.deepEqual([views?.views, views?.pastes, views?.possiblyWritten], [3, 1, 0], started.output());
+      assert.ok(!lines.some((line) => String(line.msg).startsWith('webhook claims')), 'no claims were held');
       assert.ok(!lines.some((line) => line.msg === 'shutdown failed'), 'no step threw');
     } finally {
-      await server?.stop();
-      await drop();
+      try {
+        await server?.stop();
+      } finally {
+        await drop();
+      }
+    }
+  });
+
+  const hasRedisServer = (() => {
+    try {
+      execFileSync('which', ['redis-server'], { stdio: 'ignore' });
+      return true;
+    } catch {
+      return false;
+    }
+  })();
+
+  it("a Redis turned replica (READONLY): a key's requests 503 saying the storage takes no writes, anonymous reads go on, and the key is served again once it is a primary", {
+    skip: !hasRedisServer && 'needs redis-server to run a Redis of its own',
+  }, async () => {
+    // A Redis of the test's own, made a replica of a primary that is not there: every write is
+    // refused with READONLY, as after a failover that left the instance on the replica.
+    const port = await freePort();
+    const redis = spawn(
+      'redis-server',
+      ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'],
+      {
+        stdio: 'ignore',
+      },
+    );
+    const cli = (...args: string[]) =>
+      execFileSync('redis-cli', ['-p', String(port), ...args], { encoding: 'utf8' }).trim();
+    let server: TestServer | undefined;
+    try {
+      await until(async () => (cli('ping') === 'PONG' ? true : undefined), 5000, 'the Redis of the test');
+      server = await startServer({ env: { REDIS_URL: `redis://127.0.0.1:${port}` } });
+      const key = await server.createKey({ hourly: 100_000 });
+      const created = await request(`${server.url}/api/v1/paste`, {
+        method: 'POST',
+        headers: { 'x-api-key': key },
+        json: { content: 'stored while Redis was a primary' },
+      });
+      assert.equal(created.status, 201, created.text);
+      const id = created.body.data.paste_id as string;
+      const deadPort = await freePort();
+      assert.equal(cli('replicaof', '127.0.0.1', String(deadPort)), 'OK');
+      for (const res of [
+        await request(`${server.url}/api/v1/paste/${id}`, { headers: { 'x-api-key': key } }),
+        await request(`${server.url}/api/v1/paste`, {
+          method: 'POST',
+          headers: { 'x-api-key': key },
+          json: { content: 'refused' },
+        }),
+      ]) {
+        expectError(res, 503, 'service_unavailable');
+        assert.match(res.body.message, /takes no writes or is failing/);
+        assert.equal(res.headers.get('retry-after'), '60');
+      }
+      assert.equal((await request(`${server.url}/raw/${id}`)).text, 'stored while Redis was a primary');
+      assert.equal(cli('replicaof', 'no', 'one'), 'OK');
+      const again = await request(`${server.url}/api/v1/paste/${id}`, { headers: { 'x-api-key': key } });
+      assert.equal(again.status, 200, again.text);
+    } finally {
+      try {
+        await server?.close();
+      } finally {
+        redis.kill('SIGKILL');
+      }
     }
   });
 

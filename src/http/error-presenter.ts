@@ -66,9 +66,13 @@ export function toAppError(thrown: unknown): { error: AppError; unexpected: bool
   }
   if (!known && isStorageRefusingWrites(thrown)) {
     return {
-      error: new AppError('service_unavailable', 'The server cannot write to its storage right now; try again later.', {
-        headers: { 'retry-after': '60' },
-      }),
+      error: new AppError(
+        'service_unavailable',
+        "The server's storage takes no writes or is failing right now; try again later.",
+        {
+          headers: { 'retry-after': '60' },
+        },
+      ),
       unexpected: false,
     };
   }

@@ -28,7 +28,7 @@ import { keySubject, type QuotaService } from '../keys/quota-service.js';
 import type { Paste } from '../pastes/paste.js';
 import type { PastePresenter } from '../pastes/paste-presenter.js';
 import type { PasteService, Read } from '../pastes/paste-service.js';
-import { isBackendUnavailable } from '../storage/unavailable.js';
+import { isBackendUnavailable, isStorageFull, isStorageRefusingWrites } from '../storage/unavailable.js';
 import { markQuotaCounted, markQuotaRefused } from './api/authentication.js';
 import { readPagination } from './api/pagination.js';
 import type { ErrorLog } from './error-log.js';
@@ -519,7 +519,13 @@ export function serverWithFastLane(lane: FastLane): FastifyServerFactory {
         (err: unknown) => {
           lane.failed(req, err);
           if (res.headersSent) return;
-          if (req.method === 'GET' && isBackendUnavailable(err)) markReadFailed(req, err);
+          // A storage out of reach, full or failing is answered with that failure, not read again.
+          if (
+            req.method === 'GET' &&
+            (isBackendUnavailable(err) || isStorageFull(err) || isStorageRefusingWrites(err))
+          ) {
+            markReadFailed(req, err);
+          }
           handler(req, res);
         },
       );

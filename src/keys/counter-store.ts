@@ -12,6 +12,7 @@ import {
   RateLimiterSQLite,
 } from 'rate-limiter-flexible';
 import { AppError } from '../errors.js';
+import { isStorageFull, isStorageRefusingWrites } from '../storage/unavailable.js';
 
 export interface CounterStore {
   /** Adds one and returns the new count; the counter lives `ttlSeconds` from its first use. */
@@ -20,11 +21,13 @@ export interface CounterStore {
   decrement(key: string, ttlSeconds: number): Promise<void>;
   /** The current count (0 when none). */
   read(key: string): Promise<number>;
+  /** Writes what is held in memory (a no-op for stores that write through). */
+  flush(): Promise<void>;
   /**
-   * Writes what is held in memory (a no-op for stores that write through); resolves to the uses
-   * still held because their write failed (0 for stores that write through).
+   * Stops writing on a timer and writes what is held (the shutdown's last flush): resolves to
+   * the uses the store refused (0 for stores that write through).
    */
-  flush(): Promise<number>;
+  close(): Promise<number>;
   /**
    * Adds one to each counter at once, if every one is held in memory and none would pass its
    * limit: returns the new counts. Otherwise changes nothing and returns undefined (the caller
@@ -38,8 +41,13 @@ export interface CounterStore {
   incrementAll?(counters: ReadonlyArray<{ key: string; ttlSeconds: number }>): Promise<number[]>;
 }
 
-/** The store did not answer: the request fails fast with 503 instead of hanging or a 500. */
-function unavailable(): AppError {
+/**
+ * The store failed: the request fails fast with 503 instead of hanging or a 500. A store that
+ * answered it is full or takes no writes is told as such (error-presenter.ts); anything else
+ * is the store not answering.
+ */
+function unavailable(err: unknown): unknown {
+  if (isStorageFull(err) || isStorageRefusingWrites(err)) return err;
   return new AppError('service_unavailable', 'The rate-limit store does not answer; try again in a moment.', {
     headers: { 'retry-after': '2' },
   });
@@ -58,15 +66,15 @@ export class LimiterCounterStore implements CounterStore {
       return res.consumedPoints;
     } catch (err) {
       if (err instanceof RateLimiterRes) return err.consumedPoints;
-      throw unavailable();
+      throw unavailable(err);
     }
   }
 
   async decrement(key: string, ttlSeconds: number): Promise<void> {
     try {
       await this.limiter.reward(key, 1, { customDuration: ttlSeconds });
-    } catch {
-      throw unavailable();
+    } catch (err) {
+      throw unavailable(err);
     }
   }
 
@@ -74,8 +82,8 @@ export class LimiterCounterStore implements CounterStore {
     try {
       const res = await this.limiter.get(key);
       return res?.consumedPoints ?? 0;
-    } catch {
-      throw unavailable();
+    } catch (err) {
+      throw unavailable(err);
     }
   }
 
@@ -85,7 +93,9 @@ export class LimiterCounterStore implements CounterStore {
     else if (delta < 0) await this.limiter.reward(key, -delta, { customDuration: ttlSeconds });
   }
 
-  async flush(): Promise<number> {
+  async flush(): Promise<void> {}
+
+  async close(): Promise<number> {
     return 0;
   }
 }
@@ -109,6 +119,8 @@ export class BufferedCounterStore implements CounterStore {
   private readonly loading = new Map<string, Promise<void>>();
   private timer: NodeJS.Timeout | null = null;
   private flushing: Promise<void> | null = null;
+  /** Set by close(): no more flushes on a timer. */
+  private closed = false;
 
   constructor(
     private readonly durable: LimiterCounterStore,
@@ -167,15 +179,23 @@ export class BufferedCounterStore implements CounterStore {
   }
 
   private schedule(): void {
-    if (this.timer) return;
+    if (this.timer || this.closed) return;
     this.timer = setTimeout(() => void this.flush().catch(() => {}), this.intervalMs);
     this.timer.unref();
   }
 
-  async flush(): Promise<number> {
+  async close(): Promise<number> {
+    this.closed = true;
+    await this.flush();
+    let held = 0;
+    for (const entry of this.counts.values()) held += Math.abs(entry.unwritten);
+    return held;
+  }
+
+  async flush(): Promise<void> {
     if (this.timer) clearTimeout(this.timer);
     this.timer = null;
-    if (this.flushing) await this.flushing;
+    while (this.flushing) await this.flushing;
     const now = Date.now();
     const writes: Array<Promise<void>> = [];
     for (const [key, entry] of this.counts) {
@@ -192,12 +212,10 @@ export class BufferedCounterStore implements CounterStore {
         this.counts.delete(key);
       }
     }
-    this.flushing = Promise.all(writes).then(() => {});
-    await this.flushing;
-    this.flushing = null;
-    let held = 0;
-    for (const entry of this.counts.values()) held += Math.abs(entry.unwritten);
-    return held;
+    const flushing = Promise.all(writes).then(() => {});
+    this.flushing = flushing;
+    await flushing;
+    if (this.flushing === flushing) this.flushing = null;
   }
 }
 
@@ -310,7 +328,7 @@ export class RedisCounterStore extends LimiterCounterStore {
 
   incrementAll(counters: ReadonlyArray<{ key: string; ttlSeconds: number }>): Promise<number[]> {
     if (counters.length === 0) return Promise.resolve([]);
-    if (this.redis.status !== 'ready') return Promise.reject(unavailable());
+    if (this.redis.status !== 'ready') return Promise.reject(unavailable(null));
     const args: Array<string | number> = counters.map(({ key }) => this.limiter.getKey(key));
     for (const { ttlSeconds } of counters) args.push(ttlSeconds);
     const id = args.join('\n');
@@ -335,15 +353,15 @@ export class RedisCounterStore extends LimiterCounterStore {
           // The totals after all of them: the first run gets each total less (runs - 1).
           for (const [i, run] of waiting.entries()) run.resolve(totals.map((total) => total - (runs - 1 - i)));
         },
-        () => rejectAll(waiting),
+        (err: unknown) => rejectAll(waiting, err),
       );
     }
   }
 }
 
-/** Fails every gathered run as the store being unavailable (no count of theirs is known). */
-function rejectAll(waiting: Gathered['waiting']): void {
-  const err = unavailable();
+/** Fails every gathered run as the store failed (no count of theirs is known). */
+function rejectAll(waiting: Gathered['waiting'], failure: unknown): void {
+  const err = unavailable(failure);
   for (const run of waiting) run.reject(err);
 }
 

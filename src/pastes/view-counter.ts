@@ -71,6 +71,8 @@ export class ViewCounter {
   private readonly recent: Written[] = [];
   /** The chunk whose write failed, written again before any other (see the top). */
   private unsettled: Unsettled | null = null;
+  /** Set by close(): no more flushes on a timer. */
+  private closed = false;
   /** When this instance last dropped old chunk tokens (performance.now()). */
   private tokensForgottenAt = performance.now();
 
@@ -134,14 +136,19 @@ export class ViewCounter {
   }
 
   /**
-   * The views counted and not known to be written, and of how many pastes: after the flush of a
-   * shutdown, what the storage refused (nothing when all went well).
+   * Stops the flushes on a timer and writes what is held (the shutdown's last flush): resolves
+   * to what the storage refused, `views` of `pastes` not written, and `possiblyWritten` views
+   * of a chunk whose commit was not confirmed (none when all went well).
    */
-  held(): { pastes: number; views: number } {
-    const unsettled = this.unsettled?.counts;
+  async close(): Promise<{ pastes: number; views: number; possiblyWritten: number }> {
+    this.closed = true;
+    await this.flush();
+    const pending = this.pending.held();
+    const writing = this.writing.held();
     return {
-      pastes: this.pending.size + this.writing.size + (unsettled?.size ?? 0),
-      views: this.pending.total() + this.writing.total() + (unsettled?.total() ?? 0),
+      pastes: pending.ids + writing.ids,
+      views: pending.views + writing.views,
+      possiblyWritten: this.unsettled?.counts.held().views ?? 0,
     };
   }
 
@@ -174,7 +181,7 @@ export class ViewCounter {
   }
 
   private schedule(): void {
-    if (this.timer) return;
+    if (this.timer || this.closed) return;
     this.timer = setTimeout(() => void this.flush().catch(() => {}), this.intervalMs);
     this.timer.unref();
   }

@@ -99,11 +99,18 @@ export class ViewTable {
     if (slot >= 0) this.counts[slot] = 0;
   }
 
-  /** The views held, over every id. */
-  total(): number {
-    let n = 0;
-    for (let i = 0; i < this.size; i++) n += this.counts[this.filled[i] as number] as number;
-    return n;
+  /** The ids with views held (a forgotten id holds none), and those views in all. */
+  held(): { ids: number; views: number } {
+    let ids = 0;
+    let views = 0;
+    for (let i = 0; i < this.size; i++) {
+      const n = this.counts[this.filled[i] as number] as number;
+      if (n > 0) {
+        ids++;
+        views += n;
+      }
+    }
+    return { ids, views };
   }
 
   idAt(slot: number): string {

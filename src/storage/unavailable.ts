@@ -39,24 +39,31 @@ export function isBackendUnavailable(err: unknown): boolean {
 /**
  * Whether an error means the storage has no room left: SQLite's database or disk full
  * (`SQLITE_FULL`, also for a disk that met ENOSPC), PostgreSQL's `disk_full` (53100), a write
- * that met ENOSPC. Nothing was stored; the request is 503 and the operator is told.
+ * that met ENOSPC, Redis at its `maxmemory` with nothing to evict (OOM). Nothing was stored; the request is 503 and the operator is told.
  */
 export function isStorageFull(err: unknown): boolean {
   const code = (err as { code?: unknown } | null)?.code;
-  return code === 'SQLITE_FULL' || code === '53100' || code === 'ENOSPC';
+  return code === 'SQLITE_FULL' || code === '53100' || code === 'ENOSPC' || redisReply(err, /^OOM /);
+}
+
+/** Whether `err` is a Redis error reply (ioredis's ReplyError) whose text matches `pattern`. */
+function redisReply(err: unknown, pattern: RegExp): boolean {
+  const { name, message } = (err ?? {}) as { name?: unknown; message?: unknown };
+  return name === 'ReplyError' && typeof message === 'string' && pattern.test(message);
 }
 
 /**
  * Whether an error means the storage will not take writes or cannot do its I/O, a state only the
- * operator ends: SQLite's read-only database (`SQLITE_READONLY*`: a file or directory made
- * read-only, a database file moved or replaced under the server) or I/O error (`SQLITE_IOERR*`: a
+ * operator ends: SQLite's read-only database (`SQLITE_READONLY*`: a database file moved,
+ * replaced or deleted under the server, a file opened read-only) or I/O error (`SQLITE_IOERR*`: a
  * failing disk or network file system), PostgreSQL's read-only transaction (25006: a server that
  * became a standby after a failover, or `default_transaction_read_only` set on it) or I/O error
- * (58030). The statement did nothing; the request is 503 and the operator is told.
+ * (58030); Redis's READONLY (a replica after a failover) and MISCONF (it cannot save). The
+ * statement did nothing; the request is 503 and the operator is told.
  */
 export function isStorageRefusingWrites(err: unknown): boolean {
   const code = (err as { code?: unknown } | null)?.code;
-  if (typeof code !== 'string') return false;
+  if (typeof code !== 'string') return redisReply(err, /^(READONLY|MISCONF) /);
   return /^SQLITE_(READONLY|IOERR)/.test(code) || code === '25006' || code === '58030';
 }
 

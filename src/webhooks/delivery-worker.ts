@@ -34,6 +34,8 @@ interface Logger {
 export class DeliveryWorker {
   readonly id = `w_${randomBytes(8).toString('hex')}`;
   private readonly inFlight = new Set<Promise<void>>();
+  /** Deliveries claimed whose claim was not settled by their attempt (running, or failed). */
+  private claimsHeld = 0;
   private timer: NodeJS.Timeout | null = null;
   private running = false;
   private wakePending = false;
@@ -74,7 +76,11 @@ export class DeliveryWorker {
     if (this.timer) clearTimeout(this.timer);
     this.timer = null;
     await Promise.race([Promise.allSettled([...this.inFlight]), new Promise((r) => setTimeout(r, graceMs).unref())]);
+    // Nothing to give back when every claim was settled (a storage that takes no writes would
+    // refuse even an update of no rows).
+    if (this.claimsHeld === 0) return;
     await this.repository.releaseClaims(this.id);
+    this.claimsHeld = 0;
   }
 
   private schedule(delayMs: number): void {
@@ -99,6 +105,7 @@ export class DeliveryWorker {
         if (room <= 0 || !this.running) break;
         const now = this.clock();
         const claimed = await this.repository.claimDue(now, room, this.id, now + this.options.timeoutMs + 15_000);
+        this.claimsHeld += claimed.length;
         for (const delivery of claimed) this.track(this.attempt(delivery));
         if (claimed.length === room) this.pollAgain = true;
       } while (this.pollAgain && this.running);
@@ -120,37 +127,43 @@ export class DeliveryWorker {
     });
   }
 
+  /** Delivers one claimed delivery; its claim is settled unless this throws. */
   private async attempt(delivery: DeliveryRow): Promise<void> {
     try {
-      const webhook = await this.repository.keyWebhook(delivery.key_id);
-      const stopped = whyStopped(webhook);
-      const attempts = delivery.attempts + 1;
-      const at = this.clock();
-      if (stopped) {
-        await this.repository.finish(delivery.id, this.id, 'gone', {
-          attempts: delivery.attempts,
-          code: null,
-          error: stopped,
-          at,
-        });
-        return;
-      }
-      const timestamp = new Date(at);
-      const signature = new Webhook(webhook?.secret as string).sign(delivery.id, timestamp, delivery.payload);
-      const headers = {
-        'webhook-id': delivery.id,
-        'webhook-timestamp': String(Math.floor(at / 1000)),
-        'webhook-signature': signature,
-      };
-      // The key's current URL and secret: a rotated webhook gets its pending announcements too.
-      const result = await sendWebhook(webhook?.url as string, headers, delivery.payload, {
-        timeoutMs: this.options.timeoutMs,
-        allowPrivate: this.options.allowPrivate,
-      });
-      await this.record(delivery, attempts, at, result);
+      await this.deliver(delivery);
+      this.claimsHeld--;
     } catch (err) {
       this.log.error({ err, delivery: delivery.id }, 'webhook delivery failed unexpectedly');
     }
+  }
+
+  private async deliver(delivery: DeliveryRow): Promise<void> {
+    const webhook = await this.repository.keyWebhook(delivery.key_id);
+    const stopped = whyStopped(webhook);
+    const attempts = delivery.attempts + 1;
+    const at = this.clock();
+    if (stopped) {
+      await this.repository.finish(delivery.id, this.id, 'gone', {
+        attempts: delivery.attempts,
+        code: null,
+        error: stopped,
+        at,
+      });
+      return;
+    }
+    const timestamp = new Date(at);
+    const signature = new Webhook(webhook?.secret as string).sign(delivery.id, timestamp, delivery.payload);
+    const headers = {
+      'webhook-id': delivery.id,
+      'webhook-timestamp': String(Math.floor(at / 1000)),
+      'webhook-signature': signature,
+    };
+    // The key's current URL and secret: a rotated webhook gets its pending announcements too.
+    const result = await sendWebhook(webhook?.url as string, headers, delivery.payload, {
+      timeoutMs: this.options.timeoutMs,
+      allowPrivate: this.options.allowPrivate,
+    });
+    await this.record(delivery, attempts, at, result);
   }
 
   private async record(delivery: DeliveryRow, attempts: number, at: number, result: SendResult): Promise<void> {
