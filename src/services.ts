@@ -166,16 +166,15 @@ export async function createServices(storage: Storage, options: ServiceOptions =
       // so a receiver that hangs never turns a clean stop into a SIGKILL. An attempt cut short
       // has its claim given back and is sent again later, with the same webhook-id.
       const graceMs = Math.min(config.webhookTimeoutMs + 1000, 3000);
-      const [claims] = await Promise.all([
+      // One last flush of each, their retries on a timer stopped first: what it leaves held is
+      // lost. A second try would double the wait on a PostgreSQL gone silent (its time-out, 5 s).
+      const [claims, [viewsHeld, quotaHeld]] = await Promise.all([
         webhookWorker.stop(graceMs).then(
           () => null,
           (err: unknown) => err,
         ),
-        pastes.views.flush().then(() => counters.flush()),
+        pastes.views.close().then(async (views) => [views, await counters.close()] as const),
       ]);
-      // The last flushes, with the retries on a timer stopped: what they leave held is lost.
-      const viewsHeld = await pastes.views.close();
-      const quotaHeld = await counters.close();
       if (redis) redis.disconnect();
       const log = options.logger ?? silentLogger;
       if (claims !== null) {

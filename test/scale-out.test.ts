@@ -756,6 +756,51 @@ describe('a backend that goes away gives fast 503s and the instance heals by its
     }
   });
 
+  it("SIGTERM while PostgreSQL has gone silent: one last flush, cut by its time-out, and the process is gone inside a supervisor's 10 s grace, telling what was not written", async () => {
+    const db = await freshDatabase();
+    let stalled = false;
+    const proxy = await tcpProxy(new URL(TEST_DB as string), 5432, (client, upstream) => {
+      // Silent, not refusing: bytes are taken and never passed on, connections stay open.
+      client.on('data', (data: Buffer) => void (stalled || upstream.write(data)));
+      upstream.on('data', (data: Buffer) => void (stalled || client.write(data)));
+    });
+    const url = new URL(proxy.url);
+    url.search = new URL(db.url).search;
+    const env = { DATABASE_URL: url.toString(), REDIS_URL: '' };
+    let server: ServerProcess | undefined;
+    try {
+      const started = await startServerProcess(env);
+      server = started;
+      const created = await fetch(`${started.url}/api/v1/cli`, { method: 'POST', body: 'read before the silence' });
+      assert.equal(created.status, 201);
+      const id = (await created.text()).trim().split('/').pop() as string;
+      // A flush of the counts before (every second) is over before the reads.
+      await new Promise((resolve) => setTimeout(resolve, 1100));
+      for (let i = 0; i < 3; i++) assert.equal((await fetch(`${started.url}/raw/${id}`)).status, 200);
+      stalled = true;
+      const t0 = Date.now();
+      const code = await started.stop();
+      const took = Date.now() - t0;
+      server = undefined;
+      const lines = started
+        .output()
+        .split('\n')
+        .filter((line) => line.startsWith('{'))
+        .map((line) => JSON.parse(line) as Record<string, unknown>);
+      assert.ok(took < STATEMENT_TIMEOUT_MS + 4000, `stopped in ${took} ms: ${started.output()}`);
+      assert.equal(code, 1, started.output());
+      const views = lines.find((line) => line.msg === 'view counts not written');
+      assert.equal(Number(views?.views) + Number(views?.possiblyWritten), 3, started.output());
+    } finally {
+      try {
+        await server?.stop();
+      } finally {
+        proxy.close();
+        await db.drop();
+      }
+    }
+  });
+
   const canMakeCluster = (() => {
     try {
       execFileSync('which', ['pg_createcluster'], { stdio: 'ignore' });
