@@ -147,6 +147,21 @@ async function databaseOfItsOwnRole(): Promise<{
   };
 }
 
+/** Stops a server process: its exit code, how long the stop took, and its JSON log lines. */
+async function stopAndRead(
+  server: ServerProcess,
+): Promise<{ code: number | null; took: number; lines: Array<Record<string, unknown>> }> {
+  const t0 = Date.now();
+  const code = await server.stop();
+  const took = Date.now() - t0;
+  const lines = server
+    .output()
+    .split('\n')
+    .filter((line) => line.startsWith('{'))
+    .map((line) => JSON.parse(line) as Record<string, unknown>);
+  return { code, took, lines };
+}
+
 describe('two instances on one PostgreSQL and one Redis', { skip }, () => {
   let db: Awaited<ReturnType<typeof freshDatabase>>;
   let receiver: Awaited<ReturnType<typeof startReceiver>>;
@@ -669,15 +684,8 @@ describe('a backend that goes away gives fast 503s and the instance heals by its
         assert.equal(res.status, 503);
         assert.match(((await res.json()) as { message: string }).message, /takes no writes or is failing/);
       }
-      const t0 = Date.now();
-      const code = await started.stop();
-      const took = Date.now() - t0;
       server = undefined;
-      const lines = started
-        .output()
-        .split('\n')
-        .filter((line) => line.startsWith('{'))
-        .map((line) => JSON.parse(line) as Record<string, unknown>);
+      const { code, took, lines } = await stopAndRead(started);
       assert.equal(code, 1, started.output());
       assert.ok(took < 8000, `stopped in ${took} ms`);
       const views = lines.find((line) => line.msg === 'view counts not written');
@@ -778,15 +786,8 @@ describe('a backend that goes away gives fast 503s and the instance heals by its
       await new Promise((resolve) => setTimeout(resolve, 1100));
       for (let i = 0; i < 3; i++) assert.equal((await fetch(`${started.url}/raw/${id}`)).status, 200);
       stalled = true;
-      const t0 = Date.now();
-      const code = await started.stop();
-      const took = Date.now() - t0;
       server = undefined;
-      const lines = started
-        .output()
-        .split('\n')
-        .filter((line) => line.startsWith('{'))
-        .map((line) => JSON.parse(line) as Record<string, unknown>);
+      const { code, took, lines } = await stopAndRead(started);
       assert.ok(took < STATEMENT_TIMEOUT_MS + 4000, `stopped in ${took} ms: ${started.output()}`);
       assert.equal(code, 1, started.output());
       const views = lines.find((line) => line.msg === 'view counts not written');
