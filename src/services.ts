@@ -77,6 +77,12 @@ function connectRedis(url: string): Redis {
     // A quota script in flight when the connection drops may have run already: sent again after
     // the reconnect it would count its requests twice (D20: limits hold exactly). It fails (503).
     autoResendUnfulfilledCommands: false,
+    // A replica refuses every write with READONLY. After a failover whose address now leads to
+    // the new primary, the connection still open to the old one would be refused for as long as
+    // it stays open: the refused command fails (503, not sent again) and the client reconnects,
+    // as ioredis advises for such failovers. On a Redis that stays a replica, each new connection
+    // is refused in its turn, and the requests between them meet a connection not yet back (503).
+    reconnectOnError: (err) => /^READONLY /.test(err.message),
   });
   // Connection errors are reported by the commands that fail; the client keeps reconnecting.
   redis.on('error', () => {});

@@ -10,7 +10,7 @@ import { connect } from 'node:net';
 import { after, before, describe, it } from 'node:test';
 import { sql } from 'kysely';
 import pg from 'pg';
-import { pino } from 'pino';
+import { type Logger, pino } from 'pino';
 import { REDIS_COMMAND_TIMEOUT_MS } from '../src/services.js';
 import { openStorage, STATEMENT_TIMEOUT_MS } from '../src/storage/database.js';
 import { migrateToLatest } from '../src/storage/migrations.js';
@@ -95,6 +95,10 @@ async function databaseOfItsOwnRole(): Promise<{
   admin: pg.Client;
   schema: string;
   failover(options: { readOnly: boolean }): Promise<void>;
+  /** The role's setting alone: sessions already open keep the one they began with. */
+  setReadOnly(readOnly: boolean): Promise<void>;
+  /** How many sessions the role has open. */
+  sessions(): Promise<number>;
   drop(): Promise<void>;
 }> {
   const role = `fp_ro_${process.pid}_${Date.now()}`;
@@ -129,22 +133,52 @@ async function databaseOfItsOwnRole(): Promise<{
   const url = new URL(db.url);
   url.username = role;
   url.password = password;
+  const setReadOnly = async (readOnly: boolean) => {
+    await admin.query(
+      readOnly
+        ? `ALTER ROLE ${role} SET default_transaction_read_only = on`
+        : `ALTER ROLE ${role} RESET default_transaction_read_only`,
+    );
+  };
   return {
     url: url.toString(),
     admin,
     schema,
     async failover({ readOnly }) {
-      await admin.query(
-        readOnly
-          ? `ALTER ROLE ${role} SET default_transaction_read_only = on`
-          : `ALTER ROLE ${role} RESET default_transaction_read_only`,
-      );
+      await setReadOnly(readOnly);
       await admin.query('SELECT count(pg_terminate_backend(pid, 5000)) FROM pg_stat_activity WHERE usename = $1', [
         role,
       ]);
     },
+    setReadOnly,
+    async sessions() {
+      const { rows } = await admin.query('SELECT count(*)::int AS n FROM pg_stat_activity WHERE usename = $1', [role]);
+      return rows[0].n as number;
+    },
     drop: dropAll,
   };
+}
+
+/**
+ * A server on `url` with a key, and a paste it created ('stored before'); `create` creates more
+ * with the key.
+ */
+async function serverWithAPaste(
+  url: string,
+  logger: Logger,
+): Promise<{ server: TestServer; create(content: string): ReturnType<typeof request>; id: string }> {
+  const server = await startServer({ databaseUrl: url, logger });
+  try {
+    const key = await server.createKey({ hourly: 100_000 });
+    const create = (content: string) =>
+      request(`${server.url}/api/v1/paste`, { method: 'POST', headers: { 'x-api-key': key }, json: { content } });
+    const stored = await create('stored before');
+    assert.equal(stored.status, 201, stored.text);
+    return { server, create, id: stored.body.data.paste_id as string };
+  } catch (err) {
+    await server.close();
+    throw err;
+  }
 }
 
 /** Stops a server process: its exit code, how long the stop took, and its JSON log lines. */
@@ -585,17 +619,9 @@ describe('a backend that goes away gives fast 503s and the instance heals by its
     const logged = () => lines.map((line) => JSON.parse(line) as Record<string, unknown>);
     let server: TestServer | undefined;
     try {
-      server = await startServer({ databaseUrl: url, logger });
-      const key = await server.createKey({ hourly: 100_000 });
-      const create = (content: string) =>
-        request(`${(server as TestServer).url}/api/v1/paste`, {
-          method: 'POST',
-          headers: { 'x-api-key': key },
-          json: { content },
-        });
-      const stored = await create('stored before');
-      assert.equal(stored.status, 201, stored.text);
-      const id = stored.body.data.paste_id as string;
+      let create: (content: string) => ReturnType<typeof request>;
+      let id: string;
+      ({ server, create, id } = await serverWithAPaste(url, logger));
 
       await failover({ readOnly: true });
       const statuses: number[] = [];
@@ -639,6 +665,53 @@ describe('a backend that goes away gives fast 503s and the instance heals by its
       await closing.close();
       const counted = logged().find((entry) => String(entry.msg).startsWith('storage refuses writes: '));
       assert.equal(counted?.alsoFailed, refusedAsReadOnly - 1, JSON.stringify(logged()));
+    } finally {
+      try {
+        await server?.close();
+      } finally {
+        await drop();
+      }
+    }
+  });
+
+  it('sessions left read-only once the server takes writes again are closed on their first refusal: creates come back without a restart', async () => {
+    const { url, failover, setReadOnly, sessions, drop } = await databaseOfItsOwnRole();
+    let server: TestServer | undefined;
+    try {
+      let create: (content: string) => ReturnType<typeof request>;
+      let id: string;
+      ({ server, create, id } = await serverWithAPaste(url, pino({ level: 'silent' })));
+
+      // The pool reconnects to a server that takes no writes and opens sessions there for reads,
+      // which it takes.
+      await failover({ readOnly: true });
+      const reads = await Promise.all(Array.from({ length: 40 }, () => request(`${server?.url}/raw/${id}`)));
+      assert.ok(
+        reads.every((res) => res.status === 200),
+        reads.map((res) => res.status).join(),
+      );
+      assert.ok((await sessions()) >= 1, 'the pool has sessions open on the read-only server');
+
+      // The server takes writes again, but the sessions open keep the read-only they began with,
+      // as sessions left on a demoted primary keep answering 25006. No session is terminated.
+      await setReadOnly(false);
+      let refused = 0;
+      let again = await create('writable again');
+      while (again.status === 503 && refused < 25) {
+        expectError(again, 503, 'service_unavailable');
+        assert.match(again.body.message, /takes no writes/);
+        refused++;
+        again = await create('writable again');
+      }
+      assert.equal(again.status, 201, `after ${refused} refusals: ${again.text}`);
+      assert.ok(refused >= 1, 'the first create met a session left read-only');
+      assert.ok(refused <= 11, `${refused} refusals: at most one a session of the pool (10)`);
+      for (let i = 0; i < 20; i++) {
+        const res = await create(`written ${i}`);
+        assert.equal(res.status, 201, res.text);
+        assert.equal((await request(`${server.url}/raw/${res.body.data.paste_id}`)).text, `written ${i}`);
+      }
+      assert.ok((await sessions()) <= 10, 'the pool stays within its size');
     } finally {
       try {
         await server?.close();
@@ -710,25 +783,48 @@ describe('a backend that goes away gives fast 503s and the instance heals by its
     }
   })();
 
+  /** A Redis of the test's own, keeping nothing on disk; `cli` runs redis-cli against it. */
+  async function ownRedis(): Promise<{ port: number; cli(...args: string[]): string; kill(): void }> {
+    const port = await freePort();
+    const redis = spawn(
+      'redis-server',
+      ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'],
+      { stdio: 'ignore' },
+    );
+    const cli = (...args: string[]) =>
+      execFileSync('redis-cli', ['-p', String(port), ...args], {
+        encoding: 'utf8',
+        stdio: ['ignore', 'pipe', 'ignore'],
+      }).trim();
+    try {
+      await until(async () => (cli('ping') === 'PONG' ? true : undefined), 5000, 'the Redis of the test');
+    } catch (err) {
+      redis.kill('SIGKILL');
+      throw err;
+    }
+    return { port, cli, kill: () => redis.kill('SIGKILL') };
+  }
+
+  /** A key's read by id, answered 200 within `ms` (asked every 100 ms); the last answer. */
+  async function servedWithin(server: TestServer, key: string, id: string, ms: number) {
+    const deadline = Date.now() + ms;
+    for (;;) {
+      const res = await request(`${server.url}/api/v1/paste/${id}`, { headers: { 'x-api-key': key } });
+      if (res.status === 200 || Date.now() > deadline) return res;
+      expectError(res, 503, 'service_unavailable');
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+  }
+
   it("a Redis turned replica (READONLY): a key's requests 503 saying the storage takes no writes, anonymous reads go on, and the key is served again once it is a primary", {
     skip: !hasRedisServer && 'needs redis-server to run a Redis of its own',
   }, async () => {
     // A Redis of the test's own, made a replica of a primary that is not there: every write is
     // refused with READONLY, as after a failover that left the instance on the replica.
-    const port = await freePort();
-    const redis = spawn(
-      'redis-server',
-      ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'],
-      {
-        stdio: 'ignore',
-      },
-    );
-    const cli = (...args: string[]) =>
-      execFileSync('redis-cli', ['-p', String(port), ...args], { encoding: 'utf8' }).trim();
+    const redis = await ownRedis();
     let server: TestServer | undefined;
     try {
-      await until(async () => (cli('ping') === 'PONG' ? true : undefined), 5000, 'the Redis of the test');
-      server = await startServer({ env: { REDIS_URL: `redis://127.0.0.1:${port}` } });
+      server = await startServer({ env: { REDIS_URL: `redis://127.0.0.1:${redis.port}` } });
       const key = await server.createKey({ hourly: 100_000 });
       const created = await request(`${server.url}/api/v1/paste`, {
         method: 'POST',
@@ -738,28 +834,84 @@ describe('a backend that goes away gives fast 503s and the instance heals by its
       assert.equal(created.status, 201, created.text);
       const id = created.body.data.paste_id as string;
       const deadPort = await freePort();
-      assert.equal(cli('replicaof', '127.0.0.1', String(deadPort)), 'OK');
-      for (const res of [
-        await request(`${server.url}/api/v1/paste/${id}`, { headers: { 'x-api-key': key } }),
-        await request(`${server.url}/api/v1/paste`, {
+      assert.equal(redis.cli('replicaof', '127.0.0.1', String(deadPort)), 'OK');
+      const refused = await request(`${server.url}/api/v1/paste/${id}`, { headers: { 'x-api-key': key } });
+      expectError(refused, 503, 'service_unavailable');
+      assert.match(refused.body.message, /takes no writes or is failing/);
+      assert.equal(refused.headers.get('retry-after'), '60');
+      // The client reconnects after a READONLY (the next test): on a Redis that stays a replica a
+      // request meets either the replica's refusal or a connection not back yet, both 503.
+      for (let i = 0; i < 5; i++) {
+        const res = await request(`${server.url}/api/v1/paste`, {
           method: 'POST',
           headers: { 'x-api-key': key },
           json: { content: 'refused' },
-        }),
-      ]) {
+        });
         expectError(res, 503, 'service_unavailable');
-        assert.match(res.body.message, /takes no writes or is failing/);
-        assert.equal(res.headers.get('retry-after'), '60');
+        await new Promise((resolve) => setTimeout(resolve, 100));
       }
       assert.equal((await request(`${server.url}/raw/${id}`)).text, 'stored while Redis was a primary');
-      assert.equal(cli('replicaof', 'no', 'one'), 'OK');
-      const again = await request(`${server.url}/api/v1/paste/${id}`, { headers: { 'x-api-key': key } });
+      assert.equal(redis.cli('replicaof', 'no', 'one'), 'OK');
+      const again = await servedWithin(server, key, id, 5000);
       assert.equal(again.status, 200, again.text);
     } finally {
       try {
         await server?.close();
       } finally {
-        redis.kill('SIGKILL');
+        redis.kill();
+      }
+    }
+  });
+
+  it('a Redis failover whose address now leads to the new primary: the connection left on the demoted one is dropped at its first READONLY, and the key is served through a new one', {
+    skip: !hasRedisServer && 'needs redis-server to run a Redis of its own',
+  }, async () => {
+    // The address the server is given is a proxy's, as a DNS name or a cloud endpoint is: it
+    // leads to the old primary, then to the new one, and keeps the connections it has.
+    const old = await ownRedis();
+    const promoted = await ownRedis();
+    const target = new URL(`redis://127.0.0.1:${old.port}`);
+    const proxy = await tcpProxy(target, 6379, (client, upstream) => {
+      client.pipe(upstream);
+      upstream.pipe(client);
+    });
+    let server: TestServer | undefined;
+    try {
+      server = await startServer({ env: { REDIS_URL: proxy.url } });
+      const key = await server.createKey({ hourly: 100_000 });
+      const created = await request(`${server.url}/api/v1/paste`, {
+        method: 'POST',
+        headers: { 'x-api-key': key },
+        json: { content: 'stored before the failover' },
+      });
+      assert.equal(created.status, 201, created.text);
+      const id = created.body.data.paste_id as string;
+
+      // The failover: the old primary is demoted, the address leads to the new one from now on.
+      const deadPort = await freePort();
+      assert.equal(old.cli('replicaof', '127.0.0.1', String(deadPort)), 'OK');
+      target.port = String(promoted.port);
+      const refused = await request(`${server.url}/api/v1/paste/${id}`, { headers: { 'x-api-key': key } });
+      expectError(refused, 503, 'service_unavailable');
+      assert.match(refused.body.message, /takes no writes or is failing/);
+
+      const served = await servedWithin(server, key, id, 5000);
+      assert.equal(served.status, 200, served.text);
+      assert.equal(served.body.data.content, 'stored before the failover');
+      assert.ok(Number(promoted.cli('dbsize')) > 0, 'the quota is counted on the new primary');
+      const create = await request(`${server.url}/api/v1/paste`, {
+        method: 'POST',
+        headers: { 'x-api-key': key },
+        json: { content: 'after the failover' },
+      });
+      assert.equal(create.status, 201, create.text);
+    } finally {
+      try {
+        await server?.close();
+      } finally {
+        proxy.close();
+        old.kill();
+        promoted.kill();
       }
     }
   });

@@ -17,6 +17,7 @@ import {
 } from 'kysely';
 import type pg from 'pg';
 import { ExpirySweeper } from './expiry-sweeper.js';
+import { markReadOnlySessions, poolClosingReadOnlySessions } from './pg-sessions.js';
 import type { Database } from './schema.js';
 import { WalCheckpointer } from './wal-checkpointer.js';
 import { WriteGate } from './write-gate.js';
@@ -193,7 +194,9 @@ function openPostgres(url: string): Storage {
     query_timeout: STATEMENT_TIMEOUT_MS + 1000,
   });
   quietOnLostConnections(pool);
-  const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool }) });
+  // A session left on a server that takes no writes is closed, not kept (pg-sessions.ts).
+  markReadOnlySessions(pool);
+  const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool: poolClosingReadOnlySessions(pool) }) });
   return {
     db,
     dialect: 'postgres',

@@ -20,6 +20,7 @@ import type BetterSqlite3 from 'better-sqlite3';
 import type { Compilable, CompiledQuery, Kysely } from 'kysely';
 import type pg from 'pg';
 import { runDescribed } from './described-statement.js';
+import { checkOut } from './pg-sessions.js';
 import { rowObjects } from './row-objects.js';
 
 type Arg = string | number;
@@ -63,14 +64,15 @@ export function answeredByServer(err: unknown): boolean {
 /**
  * Runs a named statement on a client of the pool. The client goes back to the pool after an error
  * the server answered (a statement timeout, a constraint), as Kysely returns it; it is closed
- * after anything else (a connection lost, a client-side timeout). The two errors that mean the
+ * after anything else (a connection lost, a client-side timeout), and after a refused write on a
+ * server that takes no writes (pg-sessions.ts). The two errors that mean the
  * prepared statement no longer stands (0A000: its row type changed under it, another instance's
  * migration; 26000: it is gone) give the statement a new name, which every connection then
  * prepares anew, and the query runs once more under it: the caller never sees those.
  */
 async function runNamed<R>(named: Named, values: unknown[], retry = true): Promise<R[]> {
   const name = named.name;
-  const client = await named.pool.connect();
+  const client = await checkOut(named.pool);
   try {
     const rows = await runDescribed<R>(client, name, named.text, values);
     client.release();
