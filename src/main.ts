@@ -49,7 +49,21 @@ export async function serve(config: Config): Promise<void> {
         app.log.error({ err, step: name }, 'shutdown failed');
       }
     };
+    // A request may run for up to REQUEST_TIMEOUT_SECONDS (a slow upload), longer than a
+    // supervisor waits before it kills the process, and the counts held in memory would go with
+    // it: those still running after SHUTDOWN_TIMEOUT_SECONDS are cut (nothing of theirs is
+    // stored but a create already committing), and the steps after it take their turn.
+    const deadline = setTimeout(() => {
+      app.server.getConnections((_err, connections) => {
+        app.log.warn(
+          { connections, afterMs: config.shutdownTimeoutMs },
+          'requests still in flight at the shutdown deadline: their connections closed',
+        );
+        app.server.closeAllConnections();
+      });
+    }, config.shutdownTimeoutMs);
     await step('requests', () => app.close());
+    clearTimeout(deadline);
     await step('services', () => services.close());
     await step('storage', () => storage.close());
     process.exit(clean ? 0 : 1);

@@ -13,6 +13,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import http from 'node:http';
 import net, { type AddressInfo, type Socket } from 'node:net';
 import { describe, it } from 'node:test';
+import { loadConfig } from '../src/config.js';
 import { createPaste, expectError, freshDatabase, queryDatabase, sqlText, startServer } from './helpers.js';
 import { fastpaste, startServerProcess } from './server-process.js';
 
@@ -289,6 +290,89 @@ describe('graceful shutdown', () => {
     } finally {
       await server?.stop('SIGKILL');
       await receiver.close();
+      await db.drop();
+    }
+  });
+
+  it('SHUTDOWN_TIMEOUT_SECONDS is 5 s unless set, a whole number of seconds from 1', () => {
+    assert.equal(loadConfig({}).shutdownTimeoutMs, 5000);
+    assert.equal(loadConfig({ SHUTDOWN_TIMEOUT_SECONDS: '25' }).shutdownTimeoutMs, 25_000);
+    for (const bad of ['0', 'soon', '-5', '1.5']) {
+      assert.throws(() => loadConfig({ SHUTDOWN_TIMEOUT_SECONDS: bad }), /SHUTDOWN_TIMEOUT_SECONDS/);
+    }
+  });
+
+  it('a request still in flight after SHUTDOWN_TIMEOUT_SECONDS is cut: the process exits inside it, stores nothing of it, and writes the counts it holds', {
+    timeout: 60_000,
+  }, async () => {
+    const db = await freshDatabase();
+    // A slow upload could run for the whole request time-out (60 s here) and hold the stop.
+    const env = {
+      DATABASE_URL: db.url,
+      SHUTDOWN_TIMEOUT_SECONDS: '2',
+      REQUEST_TIMEOUT_SECONDS: '60',
+      LOG_LEVEL: 'warn',
+    };
+    let server: Awaited<ReturnType<typeof startServerProcess>> | null = await startServerProcess(env);
+    try {
+      const { url } = server;
+      const viewed = await fetch(`${url}/api/v1/cli?json=1`, {
+        method: 'POST',
+        body: 'read twice before the shutdown',
+      });
+      assert.equal(viewed.status, 201);
+      const viewedId = ((await viewed.json()) as { data: { paste_id: string } }).data.paste_id;
+      for (let i = 0; i < 2; i++) assert.equal((await fetch(`${url}/raw/${viewedId}`)).status, 200);
+
+      const body = Buffer.from('x'.repeat(100_000));
+      const upload = await slowPost(url, '/api/v1/cli?json=1', { 'content-type': 'text/plain' }, body);
+      await upload.send(1000);
+      await upload.headersRead;
+      const signalled = Date.now();
+      const exit = server.stop('SIGTERM');
+      // The client goes on dripping its body, a piece every 200 ms, until the server cuts it.
+      let cut = false;
+      const answer = upload.answer.then(
+        (got) => `answered ${got.status}`,
+        (err: NodeJS.ErrnoException) => `cut (${err.code ?? err.message})`,
+      );
+      void answer.then(() => {
+        cut = true;
+      });
+      const drip = (async () => {
+        for (let i = 0; i < 100 && !cut; i++) {
+          await sleep(200);
+          // Not waited for: a socket the server has cut never drains.
+          void upload.send(100).catch(() => {});
+        }
+      })();
+      const code = await Promise.race([exit, sleep(15_000).then(() => 'still running 15 s after SIGTERM')]);
+      const took = Date.now() - signalled;
+      assert.equal(code, 0, server.output());
+      assert.ok(took >= 1900 && took < 6000, `stopped ${took} ms after SIGTERM (deadline 2 s)`);
+      assert.match(await answer, /^cut/);
+      await drip;
+      upload.agent.destroy();
+      const lines = server
+        .output()
+        .split('\n')
+        .filter((line) => line.startsWith('{'))
+        .map((line) => JSON.parse(line) as { msg: string; connections?: number });
+      const told = lines.find((line) => line.msg.startsWith('requests still in flight at the shutdown deadline'));
+      assert.ok(told, server.output());
+      assert.ok((told.connections ?? 0) >= 1, JSON.stringify(told));
+      server = null;
+
+      // Nothing of the cut upload was stored; the views held in memory were written.
+      const pastes = await queryDatabase<{ n: number }>(db.url, 'SELECT count(*) AS n FROM pastes');
+      assert.equal(Number(pastes[0]?.n), 1, 'only the paste read before the shutdown');
+      const [views] = await queryDatabase<{ view_count: number }>(
+        db.url,
+        `SELECT view_count + COALESCE((SELECT views FROM paste_views WHERE paste_id = pastes.id), 0) AS view_count FROM pastes WHERE id = '${viewedId}'`,
+      );
+      assert.equal(Number(views?.view_count), 2);
+    } finally {
+      await server?.stop('SIGKILL');
       await db.drop();
     }
   });
