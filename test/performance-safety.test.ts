@@ -28,6 +28,7 @@ import { PasteRepository } from '../src/storage/paste-repository.js';
 import { BATCH_CONTENT_BYTES, type IdentifiedRow, MAX_IDS, PointReadBatch } from '../src/storage/point-read-batch.js';
 import { RESTART_PAGES } from '../src/storage/wal-checkpointer.js';
 import {
+  expectError,
   freePort,
   freshDatabase,
   pipelinedAnswers,
@@ -1758,6 +1759,56 @@ describe('the fast lane', () => {
       assert.equal(logged.length, 2);
       assert.equal(logged[1].alsoFailed, 2, 'the two left out are counted');
       assert.equal(logged[1].req.url, `/raw/${id}`);
+    } finally {
+      services.pastes.plainContent = plainContent;
+      await server.close();
+    }
+  });
+
+  it("a storage failure the lane meets is logged once, as the answer's own line, not also as the lane's", async () => {
+    const lines: string[] = [];
+    const server = await startServer({ logger: capture(lines) });
+    const { services } = server;
+    const plainContent = services.pastes.plainContent.bind(services.pastes);
+    const ioError = () => Object.assign(new Error('disk I/O error'), { code: 'SQLITE_IOERR' });
+    let calls = 0; // the lane's reads while failing
+    let failWith: 'throw' | 'reject' | null = null;
+    services.pastes.plainContent = (id: string) => {
+      if (failWith) calls++;
+      if (failWith === 'throw') throw ioError();
+      if (failWith === 'reject') return Promise.reject(ioError());
+      return plainContent(id);
+    };
+    try {
+      const key = await server.createKey({ hourly: 100 });
+      const id = await createPaste(server, key, { content: 'on a failing disk' });
+      const logged = (msg: string) => lines.map((line) => JSON.parse(line)).filter((entry) => entry.msg === msg);
+      // A read rejected after a wait (PostgreSQL's) is answered with its failure, not read again.
+      failWith = 'reject';
+      for (let i = 0; i < 2; i++) {
+        const res = await request(`${server.url}/raw/${id}`);
+        expectError(res, 503, 'service_unavailable');
+        assert.match(res.body.message, /takes no writes or is failing/);
+      }
+      assert.equal(calls, 2, 'one read a request');
+      assert.equal(logged('storage refuses writes').length, 1, 'the first of its kind, logged whole');
+      assert.equal(laneFailures(lines).length, 0, 'no second line for the same failure');
+      // One thrown at once is read again by the route, which may succeed: the lane tells it.
+      failWith = 'throw';
+      assert.equal((await request(`${server.url}/raw/${id}`)).text, 'on a failing disk');
+      assert.equal(laneFailures(lines).length, 1);
+      assert.equal(laneFailures(lines)[0].err.code, 'SQLITE_IOERR');
+      // A failure of ours in the lane is still logged by it.
+      failWith = null;
+      const content = services.pastes.plainContent;
+      services.pastes.plainContent = () => {
+        services.pastes.plainContent = content;
+        throw new TypeError('a bug in the lane');
+      };
+      await new Promise((resolve) => setTimeout(resolve, 1100)); // the lane's line a second
+      assert.equal((await request(`${server.url}/raw/${id}`)).text, 'on a failing disk');
+      assert.equal(laneFailures(lines).length, 2);
+      assert.equal(laneFailures(lines)[1].err.message, 'a bug in the lane');
     } finally {
       services.pastes.plainContent = plainContent;
       await server.close();

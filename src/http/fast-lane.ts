@@ -28,7 +28,7 @@ import { keySubject, type QuotaService } from '../keys/quota-service.js';
 import type { Paste } from '../pastes/paste.js';
 import type { PastePresenter } from '../pastes/paste-presenter.js';
 import type { PasteService, Read } from '../pastes/paste-service.js';
-import { isBackendUnavailable, isStorageFull, isStorageRefusingWrites } from '../storage/unavailable.js';
+import { isEnvironmentFailure } from '../storage/unavailable.js';
 import { markQuotaCounted, markQuotaRefused } from './api/authentication.js';
 import { readPagination } from './api/pagination.js';
 import type { ErrorLog } from './error-log.js';
@@ -411,9 +411,13 @@ export class FastLane {
   }
 
   /**
-   * Logs a read or answer of the lane that threw or was rejected (the storage failing, say):
-   * Fastify answers the request in its place, and its answer alone would hide the failure. At
-   * most one line in FAILURE_LOG_INTERVAL_MS, with `alsoFailed`: the failures left out before it.
+   * Logs a read or answer of the lane that threw or was rejected: Fastify answers the request in
+   * its place, and its answer alone would hide the failure. At most one line in
+   * FAILURE_LOG_INTERVAL_MS, with `alsoFailed`: the failures left out before it. Not called for a
+   * read rejected by the environment (a backend out of reach, storage full or refusing writes):
+   * Fastify answers it with that failure, not read again, and its answer's line tells it
+   * (error-log.ts). A read that throws at once is read again by the route, which may succeed:
+   * logged here.
    */
   failed(req: IncomingMessage, err: unknown): void {
     const logger = this.deps.logger;
@@ -517,15 +521,14 @@ export function serverWithFastLane(lane: FastLane): FastifyServerFactory {
           if (!served) handler(req, res);
         },
         (err: unknown) => {
-          lane.failed(req, err);
-          if (res.headersSent) return;
-          // A storage out of reach, full or failing is answered with that failure, not read again.
-          if (
-            req.method === 'GET' &&
-            (isBackendUnavailable(err) || isStorageFull(err) || isStorageRefusingWrites(err))
-          ) {
-            markReadFailed(req, err);
+          if (res.headersSent) {
+            lane.failed(req, err);
+            return;
           }
+          // A storage out of reach, full or failing is answered with that failure, not read
+          // again, and the answer's line tells it (error-log.ts): the lane's would say it twice.
+          if (req.method === 'GET' && isEnvironmentFailure(err)) markReadFailed(req, err);
+          else lane.failed(req, err);
           handler(req, res);
         },
       );

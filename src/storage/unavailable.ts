@@ -68,6 +68,15 @@ export function isStorageRefusingWrites(err: unknown): boolean {
 }
 
 /**
+ * Whether a failure is the environment's (a backend out of reach, storage full or refusing
+ * writes): the same for every request while it lasts, answered 503 and logged by kind
+ * (http/error-log.ts), not a fault of the request or of ours.
+ */
+export function isEnvironmentFailure(err: unknown): boolean {
+  return isBackendUnavailable(err) || isStorageFull(err) || isStorageRefusingWrites(err);
+}
+
+/**
  * Whether a failed statement was refused by PostgreSQL itself (an error with its SQLSTATE): it
  * then ended in a rollback, so nothing of it was written. A connection exception or a backend
  * terminated may come at any moment, and a lost connection or a client's time-out has no
