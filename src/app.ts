@@ -18,6 +18,7 @@ import { askForBodiesWhenAdmitted } from './http/expect-continue.js';
 import { answerLaneReadFailures, FastLane, serverWithFastLane } from './http/fast-lane.js';
 import { type NotFoundThrottle, registerNotFoundThrottle } from './http/not-found-throttle.js';
 import { type JsonBodyParser, registerBodyParsers } from './http/request-bodies.js';
+import { RequestsInFlight } from './http/requests-in-flight.js';
 import { SECURITY_HEADERS } from './http/security-headers.js';
 import { registerUploadSlots } from './http/upload-slots.js';
 import { readPageParts, registerWebRoutes } from './http/web/web-routes.js';
@@ -116,9 +117,11 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     logger: deps.logger,
     errorLog,
   });
+  // The requests still at work, which the close waits for (requests-in-flight.ts).
+  const inFlight = new RequestsInFlight();
   const app = Fastify({
     // Plain successful reads of /raw and /api/v1/paste/{id} skip the framework (fast-lane.ts).
-    serverFactory: serverWithFastLane(lane),
+    serverFactory: serverWithFastLane(lane, inFlight),
     loggerInstance: (deps.logger ?? pino({ enabled: false })) as FastifyBaseLogger,
     // The socket's peer and then as many X-Forwarded-For entries, from the right, as there are
     // proxies (config.ts): the address the outermost of them saw. Left of it is the client's say.
@@ -152,11 +155,28 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     for (const method of methods) {
       if (!known.hasRoute(method as HTTPMethod, route.url)) known.on(method as HTTPMethod, route.url, () => {});
     }
+    // A handler's work ends when it settles, sent or not (its socket may be gone).
+    const handler = route.handler;
+    route.handler = function (this: FastifyInstance, request, reply) {
+      let result: unknown;
+      try {
+        result = handler.call(this, request, reply);
+      } catch (err) {
+        inFlight.end(request);
+        throw err;
+      }
+      if (result instanceof Promise) {
+        return result.finally(() => inFlight.end(request));
+      }
+      inFlight.end(request);
+      return result;
+    };
   });
 
   app.decorateRequest('apiKey', null);
   // A callback hook, not an async one: every request passes here, and a promise a request adds up.
   app.addHook('onRequest', (request, reply, done) => {
+    inFlight.begin(request);
     reply.headers(SECURITY_HEADERS);
     if (lane.closing) {
       // Pipelined behind a request in flight, or sent on a kept-alive connection after the close
@@ -178,7 +198,8 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
 
   // While the server closes, every answer closes its connection: a client (or a proxy's pool)
   // sends nothing more on it, and the close does not wait for kept-alive connections to time out.
-  app.addHook('onSend', (_request, reply, payload, done) => {
+  app.addHook('onSend', (request, reply, payload, done) => {
+    inFlight.end(request);
     if (lane.closing) reply.header('connection', 'close');
     done(null, payload);
   });
@@ -194,10 +215,14 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     app.server.once('close', () => clearInterval(reaper));
     done();
   });
-  // The counts of error lines left out are written before the process ends.
-  app.addHook('onClose', (_instance, done) => {
+  // The services and the storage close after this: the requests still at work (a connection
+  // closed under them at the shutdown's deadline) finish first, for a bounded time. Then the
+  // counts of error lines left out are written.
+  app.addHook('onClose', async () => {
+    if (!(await inFlight.settled())) {
+      app.log.warn({ requests: inFlight.count }, 'requests still at work when the server closed');
+    }
     errorLog.flush();
-    done();
   });
   throttle = registerNotFoundThrottle(app, { limitPerMinute: config.notFoundLimitPerMinute, clock: services.clock });
   registerUploadSlots(app);

@@ -51,8 +51,10 @@ export async function serve(config: Config): Promise<void> {
     };
     // A request may run for up to REQUEST_TIMEOUT_SECONDS (a slow upload), longer than a
     // supervisor waits before it kills the process, and the counts held in memory would go with
-    // it: those still running after SHUTDOWN_TIMEOUT_SECONDS are cut (nothing of theirs is
-    // stored but a create already committing), and the steps after it take their turn.
+    // it: the connections of those still running after SHUTDOWN_TIMEOUT_SECONDS are closed (an
+    // upload cut is not stored). The work of a request whose body was whole (a create waiting
+    // for its commit) still ends before the services and the storage close (the app's onClose,
+    // requests-in-flight.ts), then the steps after it take their turn.
     const deadline = setTimeout(() => {
       app.server.getConnections((_err, connections) => {
         app.log.warn(

@@ -59,7 +59,11 @@ const silentLogger = { info() {}, warn() {}, error() {} };
 export const REDIS_COMMAND_TIMEOUT_MS = 1000;
 
 /** A Redis client that fails fast instead of queueing commands while disconnected. */
+/** How often a READONLY reply may make the Redis client reconnect (connectRedis). */
+export const READONLY_RECONNECT_EVERY_MS = 5000;
+
 function connectRedis(url: string): Redis {
+  let readOnlyReconnectAt = Number.NEGATIVE_INFINITY;
   // Loaded only when REDIS_URL is set (the client costs 13 MB of memory).
   const { Redis } = createRequire(import.meta.url)('ioredis') as typeof import('ioredis');
   const redis = new Redis(url, {
@@ -80,9 +84,17 @@ function connectRedis(url: string): Redis {
     // A replica refuses every write with READONLY. After a failover whose address now leads to
     // the new primary, the connection still open to the old one would be refused for as long as
     // it stays open: the refused command fails (503, not sent again) and the client reconnects,
-    // as ioredis advises for such failovers. On a Redis that stays a replica, each new connection
-    // is refused in its turn, and the requests between them meet a connection not yet back (503).
-    reconnectOnError: (err) => /^READONLY /.test(err.message),
+    // as ioredis advises for such failovers. At most once in READONLY_RECONNECT_EVERY_MS: on a
+    // Redis that stays a replica each reconnect leaves the client without a connection for a
+    // moment (every command fails at once, /readyz's ping too), and one a refused write would
+    // keep it so most of the time.
+    reconnectOnError: (err) => {
+      if (!/^READONLY /.test(err.message)) return false;
+      const now = performance.now();
+      if (now - readOnlyReconnectAt < READONLY_RECONNECT_EVERY_MS) return false;
+      readOnlyReconnectAt = now;
+      return true;
+    },
   });
   // Connection errors are reported by the commands that fail; the client keeps reconnecting.
   redis.on('error', () => {});

@@ -13,8 +13,18 @@ import { createHash, randomBytes } from 'node:crypto';
 import http from 'node:http';
 import net, { type AddressInfo, type Socket } from 'node:net';
 import { describe, it } from 'node:test';
+import { pino } from 'pino';
 import { loadConfig } from '../src/config.js';
-import { createPaste, expectError, freshDatabase, queryDatabase, sqlText, startServer } from './helpers.js';
+import { RequestsInFlight } from '../src/http/requests-in-flight.js';
+import {
+  createPaste,
+  expectError,
+  freshDatabase,
+  queryDatabase,
+  sqlText,
+  startServer,
+  type TestServer,
+} from './helpers.js';
 import { fastpaste, startServerProcess } from './server-process.js';
 
 const sha256 = (data: string | Buffer) => createHash('sha256').update(data).digest('hex');
@@ -427,6 +437,85 @@ function rawConnection(port: number): {
 }
 
 describe('closing with kept-alive connections open (in process)', () => {
+  it('requests whose connections are closed under them (the shutdown deadline) finish their work before the storage closes: stored, no error', {
+    timeout: 30_000,
+  }, async () => {
+    const db = await freshDatabase();
+    const lines: string[] = [];
+    const logger = pino({ level: 'warn' }, { write: (line: string) => void lines.push(line) });
+    let server: TestServer | null = await startServer({ databaseUrl: db.url, logger });
+    try {
+      const key = await server.createKey();
+      // Every create waits at a gate, as one waiting for a slow commit does.
+      const pastes = server.services.pastes;
+      const create = pastes.create.bind(pastes);
+      let open!: () => void;
+      const gate = new Promise<void>((resolve) => {
+        open = resolve;
+      });
+      let held = 0;
+      pastes.create = async (...args: Parameters<typeof create>) => {
+        held++;
+        await gate;
+        return create(...args);
+      };
+      // One in the fast lane (a key's JSON create) and one through the framework (a quick-create).
+      const answers = [
+        fetch(`${server.url}/api/v1/paste`, {
+          method: 'POST',
+          headers: { 'x-api-key': key, 'content-type': 'application/json' },
+          body: JSON.stringify({ content: 'held in the lane' }),
+        }),
+        fetch(`${server.url}/api/v1/cli`, { method: 'POST', body: 'held in the framework' }),
+      ].map((answer) => answer.then((res) => res.status).catch(() => 'cut'));
+      await waitUntil(() => held === 2, 5000, 'both creates to reach the gate');
+
+      // The deadline: every connection closed, then the close, the creates still held.
+      server.app.server.closeAllConnections();
+      assert.deepEqual(await Promise.all(answers), ['cut', 'cut']);
+      const started = Date.now();
+      const closing = server.close();
+      server = null;
+      await sleep(300);
+      open();
+      await closing;
+      assert.ok(Date.now() - started >= 300, 'the close waited for the work');
+
+      const stored = await queryDatabase<{ content: string }>(db.url, 'SELECT content FROM pastes ORDER BY content');
+      assert.deepEqual(
+        stored.map((row) => row.content),
+        ['held in the framework', 'held in the lane'],
+      );
+      const logged = lines.map((line) => JSON.parse(line) as { msg: string });
+      assert.deepEqual(logged, [], 'nothing failed');
+    } finally {
+      await server?.close();
+      await db.drop();
+    }
+  });
+
+  it('the requests at work are waited for a bounded time, those of the lane until their promise settles', async () => {
+    const inFlight = new RequestsInFlight();
+    let finish!: () => void;
+    inFlight.track(
+      new Promise<void>((resolve) => {
+        finish = resolve;
+      }),
+    );
+    assert.equal(inFlight.count, 1);
+    const started = Date.now();
+    assert.equal(await inFlight.settled(100), false);
+    assert.ok(Date.now() - started >= 100);
+    assert.equal(inFlight.count, 1);
+    const settling = inFlight.settled(5000);
+    finish();
+    assert.equal(await settling, true);
+    assert.equal(inFlight.count, 0);
+    // A rejected one ends too.
+    inFlight.track(Promise.reject(new Error('failed'))).catch(() => {});
+    assert.equal(await inFlight.settled(1000), true);
+  });
+
   it('closes a connection whose answer began before the close and ended after it, as soon as it falls idle', {
     timeout: 30_000,
   }, async () => {

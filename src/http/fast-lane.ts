@@ -34,6 +34,7 @@ import { readPagination } from './api/pagination.js';
 import type { ErrorLog } from './error-log.js';
 import { errorEnvelope, toAppError } from './error-presenter.js';
 import { readLimited } from './request-bodies.js';
+import type { RequestsInFlight } from './requests-in-flight.js';
 import { ResponseBatch } from './response-batch.js';
 import { SECURITY_HEADERS } from './security-headers.js';
 import { LARGE_BODY_BYTES } from './upload-slots.js';
@@ -494,9 +495,9 @@ export function answerLaneReadFailures(app: FastifyInstance): void {
 
 /**
  * Fastify's server factory with the lane in front: the HTTP server Fastify would make (the same
- * time-outs), whose requests try the lane first.
+ * time-outs), whose requests try the lane first; `inFlight` counts the lane's requests at work.
  */
-export function serverWithFastLane(lane: FastLane): FastifyServerFactory {
+export function serverWithFastLane(lane: FastLane, inFlight?: RequestsInFlight): FastifyServerFactory {
   return (handler: FastifyServerFactoryHandler, options: FastifyServerOptions) => {
     const server = http.createServer((options as { http?: http.ServerOptions }).http ?? {}, (req, res) => {
       const which = lane.lane(req);
@@ -516,6 +517,9 @@ export function serverWithFastLane(lane: FastLane): FastifyServerFactory {
         if (!res.headersSent) handler(req, res);
         return;
       }
+      // Counted while it runs: the close waits for it (requests-in-flight.ts). It ends before
+      // the handlers below run, and a request handed over begins again in the framework.
+      inFlight?.track(answer);
       answer.then(
         (served) => {
           if (!served) handler(req, res);
