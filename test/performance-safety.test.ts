@@ -9,6 +9,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import { statSync } from 'node:fs';
 import { request as httpRequest } from 'node:http';
 import net from 'node:net';
+import { PassThrough } from 'node:stream';
 import { describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { sql } from 'kysely';
@@ -18,6 +19,7 @@ import { AppError } from '../src/errors.js';
 import { heapFlagsFor, POSTGRES_HEAP_GROWING_PERCENT } from '../src/heap-growth.js';
 import { ErrorLog } from '../src/http/error-log.js';
 import { FastLane, serverWithFastLane } from '../src/http/fast-lane.js';
+import { readLimited } from '../src/http/request-bodies.js';
 import { KEY_CACHE_MS } from '../src/keys/key-service.js';
 import { OwnerListing } from '../src/pastes/owner-listing.js';
 import type { Paste } from '../src/pastes/paste.js';
@@ -1972,6 +1974,72 @@ describe('large bodies a few at a time', () => {
     } finally {
       await server.close();
     }
+  });
+
+  it('a client gone while its upload waited for a slot leaves no request at work behind it: a close does not wait for it', async () => {
+    const lines: string[] = [];
+    const server = await startServer({
+      logger: pino({ level: 'warn' }, { write: (line: string) => void lines.push(line) }),
+    });
+    let closed = false;
+    try {
+      const key = await server.createKey();
+      const url = new URL(`${server.url}/api/v1/cli`);
+      const upload = () => {
+        const req = httpRequest({
+          host: url.hostname,
+          port: url.port,
+          path: url.pathname,
+          method: 'POST',
+          headers: { 'content-type': 'text/plain', 'content-length': String(2 * 1024 * 1024), 'x-api-key': key },
+        });
+        req.on('error', () => {});
+        const answered = new Promise<number>((resolve) =>
+          req.on('response', (res) => {
+            res.resume();
+            resolve(res.statusCode ?? 0);
+          }),
+        );
+        return { req, answered };
+      };
+      // Four uploads hold the four slots; a fifth waits for one, and its client leaves.
+      const holders = Array.from({ length: 4 }, () => upload());
+      for (const { req } of holders) req.write(Buffer.alloc(1024 * 1024, 'a'));
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      const waiter = upload();
+      waiter.req.write(Buffer.alloc(1024, 'b'));
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      waiter.req.destroy();
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      // The holders finish, and the slot it waited for is handed to a request already gone.
+      for (const { req } of holders) req.end(Buffer.alloc(1024 * 1024, 'a'));
+      assert.deepEqual(await Promise.all(holders.map(({ answered }) => answered)), [201, 201, 201, 201]);
+      await new Promise((resolve) => setTimeout(resolve, 200));
+      // Its body's reader once waited for ever for a request that emits nothing more, and the
+      // close waited its whole bound (6 s) for it.
+      const started = Date.now();
+      closed = true;
+      await server.close();
+      assert.ok(Date.now() - started < 3000, `the close took ${Date.now() - started} ms`);
+      assert.ok(!lines.some((line) => line.includes('requests still at work')), lines.join('\n'));
+    } finally {
+      if (!closed) await server.close();
+    }
+  });
+
+  it('a body reader given a request already destroyed, or destroyed without an end, fails at once', async () => {
+    const gone = new PassThrough();
+    gone.destroy();
+    await assert.rejects(readLimited(gone, 1000), /could not be read to its end/);
+    const cut = new PassThrough();
+    const reading = readLimited(cut, 1000);
+    cut.write('part of a body');
+    cut.destroy();
+    await assert.rejects(reading, /could not be read to its end/);
+    const whole = new PassThrough();
+    const read = readLimited(whole, 1000);
+    whole.end('a whole body');
+    assert.equal((await read).toString(), 'a whole body');
   });
 });
 

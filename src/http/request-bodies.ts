@@ -5,6 +5,7 @@
  * limit is refused as soon as the limit is crossed; the rest is never read. JSON must be UTF-8
  * (RFC 8259): other bytes are malformed JSON, never replaced by U+FFFD and stored.
  */
+import type { Readable } from 'node:stream';
 import multipart from '@fastify/multipart';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { AppError, invalidRequest } from '../errors.js';
@@ -134,6 +135,13 @@ export function readLimited(
   tooLargeError: () => AppError = () => tooLarge(limit),
 ): Promise<Buffer> {
   return new Promise((resolve, reject) => {
+    // A request destroyed before its reader came (its connection closed while it waited for an
+    // upload slot or its key's quota) emits nothing more, neither 'end' nor 'error': without
+    // this its handler would wait for ever (and a close for it, requests-in-flight.ts).
+    if ((stream as Readable).destroyed) {
+      reject(new AppError('invalid_request', 'The body could not be read to its end.'));
+      return;
+    }
     const chunks: Buffer[] = [];
     let size = 0;
     const onData = (chunk: Buffer) => {
@@ -159,10 +167,13 @@ export function readLimited(
       stream.removeListener('data', onData);
       stream.removeListener('end', onEnd);
       stream.removeListener('error', onError);
+      stream.removeListener('close', onError);
     };
     stream.on('data', onData);
     stream.on('end', onEnd);
     stream.on('error', onError);
+    // Closed without an end and without an error (destroyed with none): cut short all the same.
+    stream.on('close', onError);
   });
 }
 
@@ -240,6 +251,8 @@ function parserStall(
 
 /** Reads a multipart form: its text fields and at most one file, within the limits. */
 export async function readMultipartForm(request: FastifyRequest, options: MultipartOptions): Promise<MultipartForm> {
+  // Destroyed before the form's reader came (as readLimited): the parser would wait for ever.
+  if (request.raw.destroyed) throw new AppError('invalid_request', 'The body could not be read to its end.');
   const fields: Record<string, string> = {};
   let file: UploadedFile | undefined;
   const parts = request.parts({

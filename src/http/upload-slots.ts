@@ -6,7 +6,9 @@
  * its body stays in the socket (TCP holds the sender back), so memory is bounded by the slots,
  * not by the number of clients. Small bodies (nearly all requests) never wait.
  */
+
 import type { FastifyInstance } from 'fastify';
+import { AppError } from '../errors.js';
 
 export const LARGE_BODY_BYTES = 1024 * 1024;
 
@@ -56,7 +58,12 @@ export function registerUploadSlots(app: FastifyInstance, count = 4): Slots {
       };
       // 'close' comes when the answer is sent and when the client goes away mid-upload.
       reply.raw.once('close', release);
-      if (reply.raw.destroyed) release();
+      if (reply.raw.destroyed) {
+        // Gone while it waited: its body will never come (request-bodies.ts).
+        release();
+        done(new AppError('invalid_request', 'The body could not be read to its end.'));
+        return;
+      }
       done(null, payload);
     }, done);
   });
