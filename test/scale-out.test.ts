@@ -674,7 +674,7 @@ describe('a backend that goes away gives fast 503s and the instance heals by its
     }
   });
 
-  it('sessions left read-only once the server takes writes again are closed on their first refusal: creates come back without a restart', async () => {
+  it('sessions left read-only once the server takes writes again are closed on their first refusal: creates come back without a restart', async (t) => {
     const { url, failover, setReadOnly, sessions, drop } = await databaseOfItsOwnRole();
     let server: TestServer | undefined;
     try {
@@ -705,6 +705,7 @@ describe('a backend that goes away gives fast 503s and the instance heals by its
       }
       assert.equal(again.status, 201, `after ${refused} refusals: ${again.text}`);
       assert.ok(refused >= 1, 'the first create met a session left read-only');
+      t.diagnostic(`${refused} create(s) refused before one was stored`);
       assert.ok(refused <= 11, `${refused} refusals: at most one a session of the pool (10)`);
       for (let i = 0; i < 20; i++) {
         const res = await create(`written ${i}`);
