@@ -173,6 +173,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     };
   });
 
+  app.decorate('requestsAtWork', () => inFlight.count);
   app.decorateRequest('apiKey', null);
   // A callback hook, not an async one: every request passes here, and a promise a request adds up.
   app.addHook('onRequest', (request, reply, done) => {

@@ -221,9 +221,13 @@ export async function startServer(options: TestServerOptions = {}): Promise<Test
     },
     async close() {
       await app.close();
+      // A request that never ends (a reader waiting for ever) would hold every close for its
+      // whole bound: any test whose requests leave one fails here.
+      const left = app.requestsAtWork();
       await services.close();
       await storage.close();
       await owned?.drop();
+      if (left > 0) throw new Error(`${left} request(s) still at work after the close: a request that never ended`);
     },
   };
 }

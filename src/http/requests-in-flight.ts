@@ -13,6 +13,13 @@
  */
 import type { FastifyRequest } from 'fastify';
 
+declare module 'fastify' {
+  interface FastifyInstance {
+    /** How many requests are still at work: none once a close has waited for them (tests check). */
+    requestsAtWork(): number;
+  }
+}
+
 /**
  * How long a close waits for the requests' work: longer than one storage operation may take
  * (PostgreSQL's query time-out is 5 s, a Redis command's less).
