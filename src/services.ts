@@ -58,10 +58,10 @@ const silentLogger = { info() {}, warn() {}, error() {} };
 /** How long a Redis command may go unanswered before its request is 503. */
 export const REDIS_COMMAND_TIMEOUT_MS = 1000;
 
-/** A Redis client that fails fast instead of queueing commands while disconnected. */
 /** How often a READONLY reply may make the Redis client reconnect (connectRedis). */
 export const READONLY_RECONNECT_EVERY_MS = 5000;
 
+/** A Redis client that fails fast instead of queueing commands while disconnected. */
 function connectRedis(url: string): Redis {
   let readOnlyReconnectAt = Number.NEGATIVE_INFINITY;
   // Loaded only when REDIS_URL is set (the client costs 13 MB of memory).

@@ -1926,6 +1926,16 @@ describe('the fast lane', () => {
 });
 
 describe('large bodies a few at a time', () => {
+  /** A text body of `length` bytes posted to `url` with the key: the caller writes it. */
+  const textUpload = (url: URL, key: string, length: number) =>
+    httpRequest({
+      host: url.hostname,
+      port: url.port,
+      path: url.pathname,
+      method: 'POST',
+      headers: { 'content-type': 'text/plain', 'content-length': String(length), 'x-api-key': key },
+    });
+
   it('uploads past the slots wait and all succeed; a client that gives up mid-upload frees its slot', {
     timeout: 60_000,
   }, async () => {
@@ -1939,13 +1949,7 @@ describe('large bodies a few at a time', () => {
           { length: 6 },
           () =>
             new Promise<void>((resolve) => {
-              const req = httpRequest({
-                host: url.hostname,
-                port: url.port,
-                path: url.pathname,
-                method: 'POST',
-                headers: { 'content-type': 'text/plain', 'content-length': String(3 * 1024 * 1024), 'x-api-key': key },
-              });
+              const req = textUpload(url, key, 3 * 1024 * 1024);
               req.on('error', () => resolve());
               req.write(Buffer.alloc(1.5 * 1024 * 1024, 'a'), () => {
                 setTimeout(() => {
@@ -1986,13 +1990,7 @@ describe('large bodies a few at a time', () => {
       const key = await server.createKey();
       const url = new URL(`${server.url}/api/v1/cli`);
       const upload = () => {
-        const req = httpRequest({
-          host: url.hostname,
-          port: url.port,
-          path: url.pathname,
-          method: 'POST',
-          headers: { 'content-type': 'text/plain', 'content-length': String(2 * 1024 * 1024), 'x-api-key': key },
-        });
+        const req = textUpload(url, key, 2 * 1024 * 1024);
         req.on('error', () => {});
         const answered = new Promise<number>((resolve) =>
           req.on('response', (res) => {

@@ -15,6 +15,7 @@ import { REDIS_COMMAND_TIMEOUT_MS } from '../src/services.js';
 import { openStorage, STATEMENT_TIMEOUT_MS } from '../src/storage/database.js';
 import { migrateToLatest } from '../src/storage/migrations.js';
 import {
+  createPaste,
   expectError,
   freePort,
   freshDatabase,
@@ -172,9 +173,7 @@ async function serverWithAPaste(
     const key = await server.createKey({ hourly: 100_000 });
     const create = (content: string) =>
       request(`${server.url}/api/v1/paste`, { method: 'POST', headers: { 'x-api-key': key }, json: { content } });
-    const stored = await create('stored before');
-    assert.equal(stored.status, 201, stored.text);
-    return { server, create, id: stored.body.data.paste_id as string };
+    return { server, create, id: await createPaste(server, key, { content: 'stored before' }) };
   } catch (err) {
     await server.close();
     throw err;
@@ -827,13 +826,7 @@ describe('a backend that goes away gives fast 503s and the instance heals by its
     try {
       server = await startServer({ env: { REDIS_URL: `redis://127.0.0.1:${redis.port}` } });
       const key = await server.createKey({ hourly: 100_000 });
-      const created = await request(`${server.url}/api/v1/paste`, {
-        method: 'POST',
-        headers: { 'x-api-key': key },
-        json: { content: 'stored while Redis was a primary' },
-      });
-      assert.equal(created.status, 201, created.text);
-      const id = created.body.data.paste_id as string;
+      const id = await createPaste(server, key, { content: 'stored while Redis was a primary' });
       const deadPort = await freePort();
       assert.equal(redis.cli('replicaof', '127.0.0.1', String(deadPort)), 'OK');
       const refused = await request(`${server.url}/api/v1/paste/${id}`, { headers: { 'x-api-key': key } });
@@ -885,13 +878,7 @@ describe('a backend that goes away gives fast 503s and the instance heals by its
     try {
       server = await startServer({ env: { REDIS_URL: proxy.url } });
       const key = await server.createKey({ hourly: 100_000 });
-      const created = await request(`${server.url}/api/v1/paste`, {
-        method: 'POST',
-        headers: { 'x-api-key': key },
-        json: { content: 'stored before the failover' },
-      });
-      assert.equal(created.status, 201, created.text);
-      const id = created.body.data.paste_id as string;
+      const id = await createPaste(server, key, { content: 'stored before the failover' });
 
       // The failover: the old primary is demoted, the address leads to the new one from now on.
       const deadPort = await freePort();

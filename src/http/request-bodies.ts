@@ -125,6 +125,11 @@ function parseUrlEncoded(raw: Buffer): UrlEncodedBody {
   return new UrlEncodedBody(raw, fields);
 }
 
+/** A body that stopped before its end: the client went away, broke the framing, or was cut off. */
+export function bodyCutShort(): AppError {
+  return new AppError('invalid_request', 'The body could not be read to its end.');
+}
+
 /**
  * Reads a stream into a Buffer, failing with 413 (`tooLargeError`, by default the one for
  * `limit`) the moment it passes `limit` bytes.
@@ -139,7 +144,7 @@ export function readLimited(
     // upload slot or its key's quota) emits nothing more, neither 'end' nor 'error': without
     // this its handler would wait for ever (and a close for it, requests-in-flight.ts).
     if ((stream as Readable).destroyed) {
-      reject(new AppError('invalid_request', 'The body could not be read to its end.'));
+      reject(bodyCutShort());
       return;
     }
     const chunks: Buffer[] = [];
@@ -161,7 +166,7 @@ export function readLimited(
     // The client went away or broke the framing mid-body: its fault, never a 500 in the log.
     const onError = () => {
       cleanup();
-      reject(new AppError('invalid_request', 'The body could not be read to its end.'));
+      reject(bodyCutShort());
     };
     const cleanup = () => {
       stream.removeListener('data', onData);
@@ -252,7 +257,7 @@ function parserStall(
 /** Reads a multipart form: its text fields and at most one file, within the limits. */
 export async function readMultipartForm(request: FastifyRequest, options: MultipartOptions): Promise<MultipartForm> {
   // Destroyed before the form's reader came (as readLimited): the parser would wait for ever.
-  if (request.raw.destroyed) throw new AppError('invalid_request', 'The body could not be read to its end.');
+  if (request.raw.destroyed) throw bodyCutShort();
   const fields: Record<string, string> = {};
   let file: UploadedFile | undefined;
   const parts = request.parts({

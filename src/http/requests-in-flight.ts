@@ -49,13 +49,12 @@ export class RequestsInFlight {
   }
 
   /** Counts `work` (the fast lane's promise for a request) until it settles. */
-  track<T>(work: Promise<T>): Promise<T> {
+  track(work: Promise<unknown>): void {
     this.running++;
     const done = () => {
       this.running--;
     };
     work.then(done, done);
-    return work;
   }
 
   /**

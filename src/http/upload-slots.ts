@@ -6,9 +6,8 @@
  * its body stays in the socket (TCP holds the sender back), so memory is bounded by the slots,
  * not by the number of clients. Small bodies (nearly all requests) never wait.
  */
-
 import type { FastifyInstance } from 'fastify';
-import { AppError } from '../errors.js';
+import { bodyCutShort } from './request-bodies.js';
 
 export const LARGE_BODY_BYTES = 1024 * 1024;
 
@@ -61,7 +60,7 @@ export function registerUploadSlots(app: FastifyInstance, count = 4): Slots {
       if (reply.raw.destroyed) {
         // Gone while it waited: its body will never come (request-bodies.ts).
         release();
-        done(new AppError('invalid_request', 'The body could not be read to its end.'));
+        done(bodyCutShort());
         return;
       }
       done(null, payload);

@@ -49,7 +49,8 @@ export function markReadOnlySessions(pool: pg.Pool): void {
 export async function checkOut(pool: pg.Pool): Promise<pg.PoolClient> {
   const client = await pool.connect();
   const release = client.release;
-  client.release = (err?: Error | boolean) => release(err || (readOnlySessions.has(client) ? READ_ONLY_SESSION : err));
+  client.release = (err?: Error | boolean) =>
+    release(err || (readOnlySessions.has(client) ? READ_ONLY_SESSION : undefined));
   return client;
 }
 
