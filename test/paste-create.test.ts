@@ -1277,6 +1277,25 @@ describe('POST /api/v1/paste: multipart uploads (D17)', () => {
     assert.equal(p.original_filename, 'reporttxt.md');
   });
 
+  it('a filename sent as UTF-16 holding half of a surrogate pair is stored without it, as UTF-8 text', async () => {
+    const boundary = `b${randomBytes(8).toString('hex')}`;
+    // U+D800 alone, then ".txt", as UTF-16LE: busboy decodes it to "\ud800.txt".
+    const body = multipartBody(boundary, [
+      {
+        disposition: `form-data; name="file"; filename*=utf-16le''%00%D8%2E%00%74%00%78%00%74%00`,
+        type: 'text/plain',
+        data: 'some text',
+      },
+    ]);
+    const r = await postRaw(server, key, body, { 'content-type': `multipart/form-data; boundary=${boundary}` });
+    assert.equal(r.status, 201, r.text);
+    const p = (await detail(server, key, r.body.data.paste_id)).body.data;
+    assert.equal(p.original_filename, '.txt');
+    const row = await pasteRow(server, r.body.data.paste_id);
+    assert.equal(row?.original_filename, '.txt');
+    assert.equal(row?.title, '.txt');
+  });
+
   it('a filename with CR/LF (as a browser or fetch sends it) never stores or emits a raw CR/LF', async () => {
     const r = await upload(server, key, fileForm('header injection?', 'evil\r\nSet-Cookie: a=b.txt'));
     assert.equal(r.status, 201, r.text);

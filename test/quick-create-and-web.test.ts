@@ -422,6 +422,75 @@ describe('quick-create, web pages and HTTP rules', () => {
       }
     });
 
+    /** A multipart body of text parts with no file name, each with the Content-Type given. */
+    const textParts = (parts: Array<{ name: string; type?: string; bytes: Buffer | string }>) => {
+      const boundary = 'fastpaste-test-boundary';
+      const chunks: Buffer[] = [];
+      for (const part of parts) {
+        const type = part.type ? `Content-Type: ${part.type}\r\n` : '';
+        chunks.push(Buffer.from(`--${boundary}\r\nContent-Disposition: form-data; name="${part.name}"\r\n${type}\r\n`));
+        chunks.push(Buffer.from(part.bytes), Buffer.from('\r\n'));
+      }
+      chunks.push(Buffer.from(`--${boundary}--\r\n`));
+      const body: BodyInit = Buffer.concat(chunks);
+      return { headers: { 'content-type': `multipart/form-data; boundary=${boundary}` }, body };
+    };
+
+    it('stores a form field typed application/json as the text sent, not as what it parses to', async () => {
+      const json = '{\n  "a": 1,\n  "list": [1, 2]\n}\n';
+      for (const type of ['application/json', 'application/json; charset=utf-8', 'text/plain; charset=utf-8']) {
+        const form = textParts([
+          { name: 'f:1', type, bytes: json },
+          { name: 'title', type: 'application/json', bytes: '"quoted"' },
+        ]);
+        const answer = await cli('?json=1', { headers: { ...form.headers, 'x-api-key': key }, body: form.body });
+        assert.equal(answer.status, 201, answer.text);
+        const data = await detail(answer.body.data.paste_id);
+        assert.equal(data.content, json, type);
+        assert.equal(data.title, '"quoted"', type);
+      }
+    });
+
+    it('refuses a form field that is not UTF-8 (multipart or urlencoded): 400 naming it, nothing stored', async () => {
+      const before = await pasteCount();
+      const latin1 = Buffer.from([0x63, 0x61, 0x66, 0xe9]); // "café" in latin1
+      const bodies: Array<{ field: string; init: { headers: Record<string, string>; body: BodyInit } }> = [
+        { field: 'content', init: textParts([{ name: 'content', bytes: latin1 }]) },
+        { field: 'content', init: textParts([{ name: 'content', type: 'text/plain', bytes: latin1 }]) },
+        {
+          field: 'title',
+          init: textParts([
+            { name: 'content', bytes: 'fine' },
+            { name: 'title', bytes: latin1 },
+          ]),
+        },
+        {
+          field: 'content',
+          init: { headers: { 'content-type': 'application/x-www-form-urlencoded' }, body: 'content=caf%E9' },
+        },
+        {
+          field: 'title',
+          init: { headers: { 'content-type': 'application/x-www-form-urlencoded' }, body: 'paste=fine&title=%FF%FE' },
+        },
+      ];
+      for (const { field, init } of bodies) {
+        const answer = await cli('', { headers: { ...init.headers, 'x-api-key': key }, body: init.body });
+        const error = expectError(answer, 400, 'invalid_request');
+        assert.ok(
+          error.details?.some((d) => d.field === field && /UTF-8/.test(d.message)),
+          JSON.stringify(error),
+        );
+      }
+      assert.equal(await pasteCount(), before);
+      // Escapes that are UTF-8 are decoded; a `%` that starts none is kept, as browsers send it.
+      const kept = await cli('?json=1', {
+        headers: { 'content-type': 'application/x-www-form-urlencoded', 'x-api-key': key },
+        body: 'content=caf%C3%A9+100%+%zz%2',
+      });
+      assert.equal(kept.status, 201, kept.text);
+      assert.equal((await detail(kept.body.data.paste_id)).content, 'café 100% %zz%2');
+    });
+
     it('refuses a raw body over 4 MiB while it streams, long before 50 MB are sent', async () => {
       const total = 50 * 1_000_000;
       const result = await streamLargeBody(`${server.url}/api/v1/cli`, total);

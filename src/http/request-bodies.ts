@@ -5,6 +5,7 @@
  * limit is refused as soon as the limit is crossed; the rest is never read. JSON must be UTF-8
  * (RFC 8259): other bytes are malformed JSON, never replaced by U+FFFD and stored.
  */
+import { isUtf8 } from 'node:buffer';
 import type { Readable } from 'node:stream';
 import multipart from '@fastify/multipart';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
@@ -107,22 +108,63 @@ export async function registerBodyParsers(app: FastifyInstance): Promise<JsonBod
   return parseJson;
 }
 
-/** An urlencoded body: its fields, and the bytes as sent (quick-create may take them as content). */
+/**
+ * An urlencoded body: its fields, and the bytes as sent (quick-create may take them as content).
+ * `notUtf8` names the fields whose name or value, once its escapes are decoded, is not UTF-8:
+ * their text holds U+FFFD where those bytes were, and a route that takes them refuses them
+ * instead (a body that is not a form after all is taken as sent, and judged as such).
+ */
 export class UrlEncodedBody {
   constructor(
     readonly raw: Buffer,
     readonly fields: Record<string, string | string[]>,
+    readonly notUtf8: ReadonlySet<string> = new Set(),
   ) {}
 }
 
-function parseUrlEncoded(raw: Buffer): UrlEncodedBody {
-  const fields: Record<string, string | string[]> = Object.create(null);
-  for (const [name, value] of new URLSearchParams(raw.toString('utf8'))) {
-    const previous = fields[name];
-    if (previous === undefined) fields[name] = value;
-    else fields[name] = Array.isArray(previous) ? [...previous, value] : [previous, value];
+/** One name or value of a form: `+` a space, `%XX` a byte (a `%` without two hex digits kept). */
+function formComponent(text: string): { text: string; utf8: boolean } {
+  const bytes = Buffer.from(text, 'latin1');
+  let length = 0;
+  for (let i = 0; i < bytes.length; i++) {
+    const byte = bytes[i] as number;
+    const high = byte === 0x25 ? hexValue(bytes[i + 1]) : -1;
+    const low = high >= 0 ? hexValue(bytes[i + 2]) : -1;
+    if (low >= 0) {
+      bytes[length++] = high * 16 + low;
+      i += 2;
+    } else {
+      bytes[length++] = byte === 0x2b ? 0x20 : byte;
+    }
   }
-  return new UrlEncodedBody(raw, fields);
+  const decoded = bytes.subarray(0, length);
+  return { text: decoded.toString('utf8'), utf8: isUtf8(decoded) };
+}
+
+/** The value of an ASCII hex digit's byte, or -1. */
+function hexValue(byte: number | undefined): number {
+  if (byte === undefined) return -1;
+  if (byte >= 0x30 && byte <= 0x39) return byte - 0x30;
+  const lower = byte | 0x20;
+  return lower >= 0x61 && lower <= 0x66 ? lower - 0x61 + 10 : -1;
+}
+
+/** As URLSearchParams parses a form (WHATWG), keeping which names or values are not UTF-8. */
+export function parseUrlEncoded(raw: Buffer): UrlEncodedBody {
+  const fields: Record<string, string | string[]> = Object.create(null);
+  const notUtf8 = new Set<string>();
+  // latin1: one character a byte, so the escapes and the bytes sent as they are both come back whole.
+  for (const pair of raw.toString('latin1').split('&')) {
+    if (pair === '') continue;
+    const equals = pair.indexOf('=');
+    const name = formComponent(equals < 0 ? pair : pair.slice(0, equals));
+    const value = formComponent(equals < 0 ? '' : pair.slice(equals + 1));
+    if (!name.utf8 || !value.utf8) notUtf8.add(name.text);
+    const previous = fields[name.text];
+    if (previous === undefined) fields[name.text] = value.text;
+    else fields[name.text] = Array.isArray(previous) ? [...previous, value.text] : [previous, value.text];
+  }
+  return new UrlEncodedBody(raw, fields, notUtf8);
 }
 
 /** A body that stopped before its end: the client went away, broke the framing, or was cut off. */
@@ -261,12 +303,16 @@ export async function readMultipartForm(request: FastifyRequest, options: Multip
   const fields: Record<string, string> = {};
   let file: UploadedFile | undefined;
   const parts = request.parts({
+    // Every part comes as bytes, text fields too: busboy would decode a field's bytes leniently
+    // (U+FFFD for what is not UTF-8) and @fastify/multipart would parse one typed
+    // application/json (an object, stored as "[object Object]"). A text field is its bytes as
+    // sent, and must be UTF-8 (readTextPart). Which parts are files is decided below, as busboy
+    // decides it by default.
+    isPartAFile: () => true,
     limits: {
-      fileSize: options.maxFileBytes,
-      files: 1,
-      fields: 24,
+      fileSize: Math.max(options.maxFileBytes, MAX_TEXT_BYTES),
+      files: 25,
       parts: 25,
-      fieldSize: MAX_TEXT_BYTES + 1,
       fieldNameSize: 64,
       headerPairs: 16,
     },
@@ -280,10 +326,13 @@ export async function readMultipartForm(request: FastifyRequest, options: Multip
       const next = await Promise.race([iterator.next(), stalled]);
       if (next.done) break;
       const part = next.value;
+      if (part.type !== 'file') throw new Error('a multipart part read as a field'); // isPartAFile
+      const isFile = isFilePart(part.filename, part.mimetype);
+      if (isFile && file) throw new AppError('invalid_request', 'The form may carry one file only.');
       if (Object.hasOwn(fields, part.fieldname) || file?.field === part.fieldname) {
         throw invalidRequest([{ field: part.fieldname, message: 'is sent more than once' }]);
       }
-      if (part.type === 'file') {
+      if (isFile) {
         if (!options.fileFields.has(part.fieldname)) {
           throw invalidRequest([{ field: part.fieldname, message: 'may not carry a file' }]);
         }
@@ -291,8 +340,11 @@ export async function readMultipartForm(request: FastifyRequest, options: Multip
         const bytes = await Promise.race([readFilePart(part.file, options.maxFileBytes), stalled]);
         file = { field: part.fieldname, filename: part.filename, mimeType: part.mimetype, bytes };
       } else {
-        if (part.valueTruncated) throw tooLarge(MAX_TEXT_BYTES);
-        fields[part.fieldname] = String(part.value);
+        if (Object.keys(fields).length === MAX_TEXT_FIELDS) {
+          throw new AppError('invalid_request', 'The form has too many fields.');
+        }
+        const bytes = await Promise.race([readFilePart(part.file, MAX_TEXT_BYTES), stalled]);
+        fields[part.fieldname] = textOfField(part.fieldname, bytes);
       }
     }
   } catch (err) {
@@ -307,8 +359,28 @@ export async function readMultipartForm(request: FastifyRequest, options: Multip
   return { fields, file };
 }
 
+/** Text fields a form may hold besides its file. */
+const MAX_TEXT_FIELDS = 24;
+
 /**
- * Reads one file part. busboy stops handing over bytes at the limit but would go on reading the
+ * Whether a part is a file: it names one, or is typed as bytes (busboy's own default, which
+ * isPartAFile replaces). Any other part is a text field.
+ */
+function isFilePart(filename: string | undefined, mimeType: string): boolean {
+  return filename !== undefined || mimeType === 'application/octet-stream';
+}
+
+/** A text field's value: its bytes as UTF-8, refused when they are not. */
+function textOfField(name: string, bytes: Buffer): string {
+  try {
+    return strictUtf8.decode(bytes);
+  } catch {
+    throw invalidRequest([{ field: name, message: 'is not UTF-8 text' }]);
+  }
+}
+
+/**
+ * Reads one part's bytes (a file, or a text field's value) up to `limit`. busboy stops handing over bytes at the limit but would go on reading the
  * request to its end; failing at its 'limit' event answers at once, and the answer closes the
  * connection so the rest is never read.
  */
@@ -329,7 +401,9 @@ function readFilePart(
     let size = 0;
     file.on('data', (chunk: Buffer) => {
       size += chunk.length;
-      chunks.push(chunk);
+      // busboy's own cut is at the largest part of any kind (a file or a text field).
+      if (size > limit) reject(tooLarge(limit));
+      else chunks.push(chunk);
     });
     file.on('limit', () => reject(tooLarge(limit)));
     file.on('end', () => (file.truncated ? reject(tooLarge(limit)) : resolve(Buffer.concat(chunks, size))));

@@ -167,6 +167,10 @@ export function safeFilename(raw: string): string {
     .replace(/[\u0000-\u001f\u007f-\u009f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]/g, '')
     .replace(/^\.+$/, '')
     .trim()
-    .slice(0, 200);
+    .slice(0, 200)
+    // Half of a surrogate pair (a name sent as UTF-16 can hold one, and the cut above can make
+    // one) has no UTF-8 form: SQLite would store bytes that are not UTF-8. With the u flag a
+    // whole pair is one character, so only halves match.
+    .replace(/\p{Surrogate}/gu, '');
   return cleaned;
 }

@@ -72,12 +72,13 @@ async function readQuickCreate(
   } else if (Buffer.isBuffer(request.body)) {
     setContent(asText(request.body, anonymous));
   } else if (request.body instanceof UrlEncodedBody) {
-    const { fields, raw } = request.body;
+    const { fields, raw, notUtf8 } = request.body;
     if (!Object.keys(fields).some((name) => CONTENT_FIELDS.has(name))) {
       // `curl --data-binary @file` sends the file as an urlencoded form without saying so: a
       // form with no content field is taken as the raw content, exactly as sent.
       setContent(asText(raw, anonymous));
     } else {
+      for (const name of notUtf8) problems.push({ field: name, message: 'is not UTF-8 text' });
       for (const [name, value] of Object.entries(fields)) {
         if (!CONTENT_FIELDS.has(name)) take(name, value);
         else if (typeof value === 'string') setContent(value);
