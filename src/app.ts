@@ -9,6 +9,7 @@ import FindMyWay, { type HTTPMethod } from 'find-my-way';
 import { type Logger, pino } from 'pino';
 import type { Config } from './config.js';
 import { AppError } from './errors.js';
+import { giveBackRefusedCounts } from './http/api/authentication.js';
 import { registerCliRoutes } from './http/api/cli-routes.js';
 import { createFromJson, registerPasteRoutes } from './http/api/paste-routes.js';
 import { answerClientError, answerUnmetExpectations } from './http/client-errors.js';
@@ -197,6 +198,8 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     done();
   });
 
+  // Before the request counts as ended (below): the give-back waits for the quota's store.
+  giveBackRefusedCounts(app, services.quota);
   // While the server closes, every answer closes its connection: a client (or a proxy's pool)
   // sends nothing more on it, and the close does not wait for kept-alive connections to time out.
   app.addHook('onSend', (request, reply, payload, done) => {

@@ -508,6 +508,42 @@ describe('quota rules', () => {
     assertRateLimited(await quickCreate(server), 3600, 'third anonymous');
   });
 
+  it("a 403 decided after the count (another key's paste, a paste behind a password) gives its count back", async (t) => {
+    const server = await start(t);
+    const owner = await server.createKey();
+    const create = async (json: Record<string, unknown>) => {
+      const created = await request(`${server.url}/api/v1/paste`, {
+        method: 'POST',
+        headers: { 'x-api-key': owner },
+        json,
+      });
+      assertStatus(created, 201, 'create');
+      return created.body.data.paste_id as string;
+    };
+    const plain = await create({ content: 'plain' });
+    const locked = await create({ content: 'locked', password: 'hunter22' });
+    const other = await server.createKey(limits(2, 3, 0));
+    const refusals: Array<[string, RequestInit & { method: string }, string]> = [
+      [`/api/v1/paste/${plain}`, { method: 'PUT', body: JSON.stringify({ title: 'mine now' }) }, 'forbidden'],
+      [`/api/v1/paste/${plain}`, { method: 'DELETE' }, 'forbidden'],
+      [`/api/v1/paste/${locked}`, { method: 'GET' }, 'password_protected'],
+    ];
+    for (let round = 0; round < 2; round++) {
+      for (const [path, init, code] of refusals) {
+        const headers: Record<string, string> = { 'x-api-key': other };
+        if (init.body) headers['content-type'] = 'application/json';
+        const answer = await request(`${server.url}${path}`, { ...init, headers } as Parameters<typeof request>[1]);
+        expectError(answer, 403, code);
+        // The answer's headers tell the budget without it: nothing used.
+        assert.equal(answer.headers.get('ratelimit-remaining'), '2', `${init.method} ${path}`);
+        assert.match(answer.headers.get('ratelimit') ?? '', /"hourly";r=2;.*"daily";r=3;/);
+      }
+    }
+    const read = () => request(`${server.url}/api/v1/paste/${plain}`, { headers: { 'x-api-key': other } });
+    await expectEach(2, read, 200, 'reads after six 403s');
+    assertRateLimited(await read(), 3600, 'third read');
+  });
+
   it('key A used up leaves key B untouched', async (t) => {
     const server = await start(t);
     const a = await server.createKey({ name: 'A', ...limits(2, 0, 0) });

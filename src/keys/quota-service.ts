@@ -66,6 +66,17 @@ function windowState(window: WindowPlan, limit: number, used: number, now: numbe
   };
 }
 
+/** How long a window's counter lives: it outlives its window by a minute, so clocks a little apart still agree. */
+function counterTtlSeconds(window: WindowPlan, now: number): number {
+  return Math.max(1, Math.ceil((window.end - now) / 1000)) + 60;
+}
+
+/** A request's count as admit() made it: its headers, and its windows for giveBack(). */
+export interface QuotaReceipt {
+  headers: Record<string, string>;
+  windows: readonly Counted[];
+}
+
 interface HourPlan {
   hourStart: number;
   hourEnd: number;
@@ -147,14 +158,41 @@ export class QuotaService {
    * 429 `rate_limited` (with the headers and Retry-After) when a window is exhausted.
    */
   async consume(subject: string, limits: Limits): Promise<Record<string, string>> {
+    return quotaHeaders(await this.count(subject, limits));
+  }
+
+  /**
+   * consume(), kept as a receipt: its headers, and what giveBack() needs to take the count back
+   * once the request is refused after all (D20: a 401 or 403 counts against nothing).
+   */
+  async admit(subject: string, limits: Limits): Promise<QuotaReceipt> {
+    const windows = this.countNow(subject, limits) ?? (await this.count(subject, limits));
+    return { headers: quotaHeaders(windows), windows };
+  }
+
+  /**
+   * Takes back the count of an admitted request, in the windows it was counted in; returns the
+   * headers without it. A store that fails leaves the count made (the request is not answered
+   * for it: the caller keeps its headers).
+   */
+  async giveBack(receipt: QuotaReceipt): Promise<Record<string, string>> {
+    await Promise.all(receipt.windows.map((w) => this.counters.decrement(w.key, w.ttlSeconds)));
+    return quotaHeaders(
+      receipt.windows.map((w) =>
+        Object.assign({}, w, { used: w.used - 1, remaining: Math.max(0, w.limit - (w.used - 1)) }),
+      ),
+    );
+  }
+
+  /** consume()'s count: each limited window as counted; 429 past a limit, with nothing counted. */
+  private async count(subject: string, limits: Limits): Promise<Counted[]> {
     const now = this.clock();
     const counted = windowsAt(now)
       .filter((w) => limits[w.kind] > 0)
       .map((w) => ({
         window: w,
         key: counterKey(subject, w),
-        // The counter outlives its window by a minute, so clocks a little apart still agree.
-        ttlSeconds: Math.max(1, Math.ceil((w.end - now) / 1000)) + 60,
+        ttlSeconds: counterTtlSeconds(w, now),
       }));
     // One round trip for every window where the store can (Redis), else one per window.
     const used = this.counters.incrementAll
@@ -170,9 +208,7 @@ export class QuotaService {
       // and a client retrying on 429 does not burn its daily or monthly budget.
       await Promise.all(windows.map((w) => this.counters.decrement(w.key, w.ttlSeconds)));
       for (const w of windows) w.remaining = Math.max(0, w.limit - (w.used - 1));
-    }
-    const headers = quotaHeaders(windows);
-    if (exhausted.length > 0) {
+      const headers = quotaHeaders(windows);
       const retryAfter = Math.max(...exhausted.map((w) => w.resetSeconds));
       if (subject.startsWith(KEY_SUBJECT)) this.rememberRefused(subject, now + retryAfter * 1000, now);
       const names = exhausted.map((w) => w.kind).join(' and ');
@@ -181,7 +217,7 @@ export class QuotaService {
       });
     }
     if (this.refused.size > 0) this.refused.delete(subject);
-    return headers;
+    return windows;
   }
 
   /** Keeps a key's refusal (see knownRefused); past MAX_PLANS the ended ones go, then all. */
@@ -214,12 +250,9 @@ export class QuotaService {
    * used up: the D20 headers. Otherwise counts nothing and returns undefined: call consume().
    */
   consumeNow(subject: string, limits: Limits): Record<string, string> | undefined {
-    if (!this.counters.incrementAllNow) return undefined;
-    const now = this.clock();
-    const plan = this.planOf(subject, limits, now);
-    const used = this.counters.incrementAllNow(plan.counters);
-    if (!used) return undefined;
-    if (this.refused.size > 0) this.refused.delete(subject);
+    const counted = this.incrementNow(subject, limits);
+    if (!counted) return undefined;
+    const { plan, used, now } = counted;
     const windows = plan.windows;
     const states = [];
     for (let i = 0; i < windows.length; i++) {
@@ -227,6 +260,33 @@ export class QuotaService {
       states.push(windowState(w, limits[w.kind], used[i] as number, now));
     }
     return quotaHeaders(states, plan.policy);
+  }
+
+  /** consumeNow()'s count, as counted windows (admit's receipt); undefined as consumeNow. */
+  private countNow(subject: string, limits: Limits): Counted[] | undefined {
+    const counted = this.incrementNow(subject, limits);
+    if (!counted) return undefined;
+    const { plan, used, now } = counted;
+    return plan.windows.map((w, i) =>
+      Object.assign(windowState(w, limits[w.kind], used[i] as number, now), {
+        key: (plan.counters[i] as { key: string }).key,
+        ttlSeconds: counterTtlSeconds(w, now),
+      }),
+    );
+  }
+
+  /** The count of consumeNow(): the plan counted in and the new counts; undefined as consumeNow. */
+  private incrementNow(
+    subject: string,
+    limits: Limits,
+  ): { plan: SubjectPlan; used: number[]; now: number } | undefined {
+    if (!this.counters.incrementAllNow) return undefined;
+    const now = this.clock();
+    const plan = this.planOf(subject, limits, now);
+    const used = this.counters.incrementAllNow(plan.counters);
+    if (!used) return undefined;
+    if (this.refused.size > 0) this.refused.delete(subject);
+    return { plan, used, now };
   }
 
   private planOf(subject: string, limits: Limits, now: number): SubjectPlan {

@@ -4,9 +4,9 @@
  * refused with 401 or 403 counts against nothing.
  */
 import type { IncomingMessage } from 'node:http';
-import type { FastifyReply, FastifyRequest } from 'fastify';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { ApiKey, KeyService } from '../../keys/key-service.js';
-import { keySubject, type QuotaService } from '../../keys/quota-service.js';
+import { keySubject, type QuotaReceipt, type QuotaService } from '../../keys/quota-service.js';
 import { clientBucket } from '../client-address.js';
 
 declare module 'fastify' {
@@ -61,12 +61,37 @@ async function admitKey(deps: AccessDeps, request: FastifyRequest, reply: Fastif
   request.apiKey = key;
   const marked = request.raw as IncomingMessage & Marked;
   if (marked[REFUSED_IN_LANE] !== undefined) throw marked[REFUSED_IN_LANE];
-  const subject = keySubject(key.id);
-  reply.headers(
-    marked[COUNTED_BY_LANE] ??
-      deps.quota.consumeNow(subject, key.limits) ??
-      (await deps.quota.consume(subject, key.limits)),
-  );
+  const countedByLane = marked[COUNTED_BY_LANE];
+  if (countedByLane) {
+    reply.headers(countedByLane);
+    return;
+  }
+  const receipt = await deps.quota.admit(keySubject(key.id), key.limits);
+  (request as FastifyRequest & Counted)[RECEIPT] = receipt;
+  reply.headers(receipt.headers);
+}
+
+/** Where admitKey leaves the count it made, for giveBackRefusedCounts. */
+const RECEIPT = Symbol('quota receipt');
+type Counted = { [RECEIPT]?: QuotaReceipt };
+
+/**
+ * D20: a request refused with 401 or 403 counts against nothing. The key's check refuses before
+ * anything is counted; a 403 decided later (a paste of another key, one behind a password) gives
+ * its count back before the answer goes out, and the answer's quota headers are those without
+ * it. Should the store fail, the count stays and the answer goes out as it is. (A request the
+ * fast lane counted is a list or a create, which is never refused so.)
+ */
+export function giveBackRefusedCounts(app: FastifyInstance, quota: QuotaService): void {
+  app.addHook('onSend', async (request, reply, payload) => {
+    const receipt = (request as FastifyRequest & Counted)[RECEIPT];
+    if (receipt === undefined || (reply.statusCode !== 401 && reply.statusCode !== 403)) return payload;
+    (request as FastifyRequest & Counted)[RECEIPT] = undefined;
+    try {
+      reply.headers(await quota.giveBack(receipt));
+    } catch {}
+    return payload;
+  });
 }
 
 /** Every API route but quick-create: 401 without a key, 403 for a bad or inactive one. */
