@@ -954,6 +954,22 @@ describe('POST /api/v1/paste: public flag (D22) and password (D13)', () => {
     assert.deepEqual(await listed(r.body.data.paste_id), { archive: false, sitemap: false });
   });
 
+  it('public ignored for a password or burn stays ignored when PUT lifts them: never listed', async () => {
+    const put = async (id: string, json: Record<string, unknown>) => {
+      const answer = no500(
+        await request(`${server.url}/api/v1/paste/${id}`, { method: 'PUT', headers: { 'x-api-key': key }, json }),
+      );
+      assert.equal(answer.status, 200, answer.text);
+    };
+    const locked = await createJson(server, key, { content: 'locked, then not', public: true, password: 'pw-1234' });
+    const once = await createJson(server, key, { content: 'view-once, then not', public: true, burn: true });
+    await put(locked.body.data.paste_id, { password: null });
+    await put(once.body.data.paste_id, { burn: false });
+    for (const id of [locked.body.data.paste_id, once.body.data.paste_id]) {
+      assert.deepEqual(await listed(id), { archive: false, sitemap: false });
+    }
+  });
+
   it('password: stored only as an argon2id hash, never in clear in any column', async () => {
     const password = 'correct horse battery staple';
     const r = await createJson(server, key, { content: 'locked content', password });

@@ -912,6 +912,16 @@ describe('PUT /api/v1/paste/{id}', () => {
     assert.equal(detail.body.data.content, wire);
     assert.equal(detail.body.data.sha256, sha256(wire));
     assert.equal((await getApiRaw(server, owner, created.paste_id)).text, wire);
+    // As an E2E paste created without `downloadable`: not downloadable (api-v1.md).
+    assert.equal(detail.body.data.downloadable, false);
+    assert.equal((await request(`${server.url}/download/${created.paste_id}`)).status, 403);
+    // Asked for in the same PUT, it is.
+    const other = await createPaste(server, owner, { content: 'plain too' });
+    const again = await encryptForTest('secret, downloadable');
+    const asked = await put(server, owner, other.paste_id, { content: again.wire, encrypt: true, downloadable: true });
+    assert.equal(asked.status, 200, asked.text);
+    assert.equal((await getDetail(server, owner, other.paste_id)).body.data.downloadable, true);
+    assert.equal((await request(`${server.url}/download/${other.paste_id}`)).text, again.wire);
   });
 
   it('encrypt true with content that is not a valid fpe1 string is 400 invalid_ciphertext, unchanged', async () => {

@@ -131,7 +131,9 @@ export class PasteService {
       burnAfterRead: input.burn,
       encrypted: input.encrypt,
       downloadable: input.encrypt ? input.downloadable : true,
-      public: input.public,
+      // Ignored when a password, burn or encryption is used (api-v1.md): not kept for later, so
+      // lifting the password or the burn by PUT never lists a paste its creator kept unlisted.
+      public: input.public && !input.password && !input.burn && !input.encrypt,
       passwordHash: input.password ? await hashPassword(input.password) : null,
       source: context.source,
       creatorIp: context.ip,
@@ -306,6 +308,8 @@ export class PasteService {
       changes.sha256 = sha256Hex(input.content);
       changes.encrypted = input.encrypt ?? false;
       if (!changes.encrypted) changes.downloadable = true;
+      // A paste made E2E by its new content is as one created so: not downloadable unless asked.
+      else if (!current.encrypted) changes.downloadable = false;
     }
     if (input.title !== undefined) changes.title = input.title;
     if (input.description !== undefined) changes.description = input.description;
