@@ -699,6 +699,23 @@ describe('POST /api/v1/paste: end-to-end encrypted pastes', () => {
     assert.equal(r.body.data.raw_url.includes('#'), false);
   });
 
+  it('a key with base64 padding (as Python urlsafe_b64encode writes it) is base64url too; = inside it is not', async () => {
+    const { wire, key: secret } = await encryptForTest('keyed, padded');
+    const padded = Buffer.from(secret, 'base64url').toString('base64url').padEnd(44, '=');
+    assert.equal(padded.endsWith('='), true);
+    const r = await createJson(server, key, { content: wire, encrypt: true, key: padded });
+    assert.equal(r.status, 201, r.text);
+    assert.equal(r.body.data.url, `${BASE}/view/${r.body.data.paste_id}#${padded}`);
+    for (const bad of ['=', 'ab=c', 'abc===']) {
+      const refused = await createJson(server, key, { content: wire, encrypt: true, key: bad });
+      const error = expectError(refused, 400, 'invalid_request');
+      assert.ok(
+        error.details?.some((d) => d.field === 'key'),
+        JSON.stringify(error),
+      );
+    }
+  });
+
   it('url has no fragment when no key is sent (or an empty one)', async () => {
     const { wire } = await encryptForTest('keyless');
     for (const body of [
@@ -995,6 +1012,23 @@ describe('POST /api/v1/paste: public flag (D22) and password (D13)', () => {
     assert.equal(raw.text, 'behind the door');
     const wrong = no500(await request(`${server.url}/raw/${id}`, { headers: { 'x-paste-password': 'nope' } }));
     assert.equal(wrong.status, 403);
+  });
+
+  it('a password that is not ASCII opens /raw and /download through X-Paste-Password sent as UTF-8', async () => {
+    for (const password of ['пароль-1234', 'pässwort', '密码🔑密码']) {
+      const r = await createJson(server, key, { content: `behind ${password}`, password });
+      const id = r.body.data.paste_id;
+      // What curl sends: the password's UTF-8 bytes (fetch takes a header as latin1, a byte a character).
+      const sent = Buffer.from(password, 'utf8').toString('latin1');
+      for (const path of ['raw', 'download']) {
+        const read = no500(await request(`${server.url}/${path}/${id}`, { headers: { 'x-paste-password': sent } }));
+        assert.equal(read.status, 200, `${path} ${password}: ${read.text}`);
+        assert.equal(read.text, `behind ${password}`);
+      }
+      // Another password sent the same way is refused.
+      const wrong = Buffer.from(`${password}!`, 'utf8').toString('latin1');
+      assert.equal((await request(`${server.url}/raw/${id}`, { headers: { 'x-paste-password': wrong } })).status, 403);
+    }
   });
 
   it('no password: password_hash is null', async () => {

@@ -858,12 +858,18 @@ const passwordField = field(
   fc.oneof(nonString, notText, fc.constant('p'.repeat(1025))),
 );
 const keyField = field(
-  fc.oneof(fc.stringMatching(/^[A-Za-z0-9_-]{1,43}$/), fc.constantFrom('', null)),
+  fc.oneof(
+    fc.stringMatching(/^[A-Za-z0-9_-]{1,43}$/),
+    fc.stringMatching(/^[A-Za-z0-9_-]{1,42}={1,2}$/),
+    fc.constantFrom('', null),
+  ),
   fc.oneof(
     nonString,
     notText,
     fc.constant('k'.repeat(257)),
-    fc.stringMatching(/^[A-Za-z0-9_-]{0,5}[+/=. ~!é][A-Za-z0-9_-]{0,5}$/),
+    fc.stringMatching(/^[A-Za-z0-9_-]{0,5}[+/. ~!é][A-Za-z0-9_-]{0,5}$/),
+    fc.stringMatching(/^[A-Za-z0-9_-]{0,5}=[A-Za-z0-9_-]{1,5}$/),
+    fc.constantFrom('=', '==', 'abc===', 'a=b='),
   ),
 );
 const languageField = field(
@@ -2346,8 +2352,12 @@ describe('properties: every endpoint under random and malformed input', () => {
             if (['view.js', 'style.css'].includes(c.staticFile)) expectAnswer(x, 200);
             else expectAnswer(x, 404);
           } else if (c.route === 'cli') {
-            // The switch given twice is a refusal (as on POST), anything else the usage.
-            if (new URLSearchParams(c.query).getAll('json').length > 1) return expectAnswer(x, 400, 'invalid_request');
+            // The switch given twice, or not a boolean, is a refusal (as on POST), anything else the usage.
+            const switches = new URLSearchParams(c.query).getAll('json');
+            if (switches.length > 1) return expectAnswer(x, 400, 'invalid_request');
+            if (switches.length === 1 && formBooleanValue(switches[0] as string) === undefined) {
+              return expectAnswer(x, 400, 'invalid_request');
+            }
             expectAnswer(x, 200);
             if (c.method === 'GET') {
               if (type.startsWith('application/json')) {

@@ -548,6 +548,26 @@ describe('quick-create, web pages and HTTP rules', () => {
       const byAccept = await request(`${server.url}/api/v1/cli`, { headers: { accept: 'application/json' } });
       assert.match(byAccept.headers.get('content-type') ?? '', /^application\/json/);
     });
+
+    it("takes the create's switch (D18): json=0 leaves it to Accept, a json that is not a boolean is 400", async () => {
+      for (const method of ['GET', 'POST']) {
+        const init = (accept: string) => ({
+          method,
+          headers: { accept, 'content-type': 'text/plain' },
+          ...(method === 'POST' ? { body: 'switch test' } : {}),
+        });
+        const off = await request(`${server.url}/api/v1/cli?json=0`, init('application/json'));
+        assert.match(off.headers.get('content-type') ?? '', /^application\/json/, `${method} json=0, Accept JSON`);
+        const plain = await request(`${server.url}/api/v1/cli?json=0`, init('*/*'));
+        assert.match(plain.headers.get('content-type') ?? '', /^text\/plain/, `${method} json=0`);
+        const bad = await request(`${server.url}/api/v1/cli?json=maybe`, init('*/*'));
+        const error = expectError(bad, 400, 'invalid_request');
+        assert.ok(
+          error.details?.some((d) => d.field === 'json'),
+          `${method}: ${JSON.stringify(error)}`,
+        );
+      }
+    });
   });
 
   describe('web pages', () => {

@@ -194,8 +194,12 @@ function readLanguage(problems: FieldProblem[], value: string | null | undefined
 
 function readKey(problems: FieldProblem[], value: string | null | undefined): string | undefined {
   if (value === undefined || value === null || value === '') return undefined;
-  if (!/^[A-Za-z0-9_-]{1,256}$/.test(value)) {
-    problems.push({ field: 'key', message: 'must be base64url (A-Z, a-z, 0-9, - and _)' });
+  // base64url (RFC 4648 §5), its = padding allowed: Python's urlsafe_b64encode pads a 32-byte key.
+  if (!/^[A-Za-z0-9_-]{1,256}={0,2}$/.test(value)) {
+    problems.push({
+      field: 'key',
+      message: 'must be base64url (A-Z, a-z, 0-9, - and _, and at most two = at its end)',
+    });
   }
   return value;
 }

@@ -161,10 +161,8 @@ export async function registerCliRoutes(
     if (switchValue !== undefined && typeof switchValue !== 'string') {
       throw invalidRequest([{ field: 'json', message: 'must be given once' }]);
     }
-    const json =
-      switchValue !== undefined
-        ? parseFormBoolean(switchValue) === true
-        : (request.headers.accept ?? '').includes('application/json');
+    // The same switch as the create's (D18): json=1 or Accept, a json that is not a boolean 400.
+    const json = wantsJson(request, switchValue === undefined ? {} : { json: switchValue });
     const text = usage(presenter.baseUrl);
     if (json)
       return {

@@ -3,6 +3,7 @@
  * /raw and /download (D16, password in X-Paste-Password), /archive and /sitemap.xml (D22), and
  * the static files of the pages.
  */
+import { isUtf8 } from 'node:buffer';
 import { readFileSync } from 'node:fs';
 import { create as contentDisposition } from 'content-disposition';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
@@ -61,8 +62,23 @@ function sendPage(reply: FastifyReply, html: string | Buffer, status = 200): Fas
 
 function pastePassword(request: FastifyRequest): string | undefined {
   const header = request.headers['x-paste-password'];
-  return Array.isArray(header) ? header[0] : header;
+  const value = Array.isArray(header) ? header[0] : header;
+  return value === undefined ? undefined : utf8HeaderText(value);
 }
+
+/**
+ * A header's text as its client wrote it. Node reads header bytes as latin1, one character a
+ * byte, and clients send UTF-8 (curl sends what the terminal gives; fetch refuses any other
+ * text): a password "пароль" would arrive as "Ð¿Ð°Ñ..." and never match. Bytes that are UTF-8
+ * are read as UTF-8; any others are left as latin1 read them.
+ */
+function utf8HeaderText(value: string): string {
+  if (!NOT_ASCII.test(value)) return value;
+  const bytes = Buffer.from(value, 'latin1');
+  return isUtf8(bytes) ? bytes.toString('utf8') : value;
+}
+
+const NOT_ASCII = /[^\x00-\x7f]/;
 
 function formField(request: FastifyRequest, name: string): string | undefined {
   if (!(request.body instanceof UrlEncodedBody)) return undefined;
