@@ -5,6 +5,7 @@
  */
 
 import { existsSync } from 'node:fs';
+import { ContentChecker } from './pastes/content-check.js';
 
 export interface Config {
   port: number;
@@ -85,6 +86,14 @@ function readInteger(env: Env, name: string, fallback: number, min: number, max:
   return value;
 }
 
+/**
+ * A URL as a message may show it: its user name and password left out (the message goes to
+ * stderr, and from there to the supervisor's logs).
+ */
+function withoutCredentials(raw: string): string {
+  return raw.replace(/^([a-z][a-z0-9+.-]*:\/\/)[^/?#]*@/i, '$1***@');
+}
+
 function readUrl(env: Env, name: string, fallback: string | null, protocols: string[]): string | null {
   const raw = env[name];
   if (raw === undefined || raw === '') return fallback;
@@ -92,12 +101,24 @@ function readUrl(env: Env, name: string, fallback: string | null, protocols: str
   try {
     url = new URL(raw);
   } catch {
-    throw new ConfigError(`${name} must be a URL, got "${raw}"`);
+    throw new ConfigError(`${name} must be a URL, got "${withoutCredentials(raw)}"`);
   }
   if (!protocols.includes(url.protocol)) {
     throw new ConfigError(`${name} must start with ${protocols.map((p) => `${p}//`).join(' or ')}`);
   }
   return raw;
+}
+
+/** BASE_URL: where the service is reached, which every address it gives starts with. */
+function readBaseUrl(env: Env, port: number): string {
+  const raw = readUrl(env, 'BASE_URL', `http://localhost:${port}`, ['http:', 'https:']) as string;
+  const url = new URL(raw);
+  if (url.username || url.password || url.search || url.hash) {
+    throw new ConfigError(
+      'BASE_URL must be a plain address (no user, password, query or fragment), as addresses are built on it',
+    );
+  }
+  return raw.replace(/\/+$/, '');
 }
 
 function readFile(env: Env, name: string): string | null {
@@ -107,19 +128,30 @@ function readFile(env: Env, name: string): string | null {
   return raw;
 }
 
+/** CONTENT_BLOCKLIST_FILE: a file whose every line is a regular expression, compiled here to check it. */
+function readBlocklist(env: Env): string | null {
+  const file = readFile(env, 'CONTENT_BLOCKLIST_FILE');
+  if (file === null) return null;
+  try {
+    ContentChecker.fromFile(file);
+  } catch (err) {
+    throw new ConfigError(`CONTENT_BLOCKLIST_FILE: ${(err as Error).message}`);
+  }
+  return file;
+}
+
 const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];
 
 /** Reads and checks every setting; throws ConfigError with one readable line on a bad value. */
 export function loadConfig(env: Env = process.env): Config {
   const port = readInteger(env, 'PORT', 8080, 0, 65535);
   const host = env.HOST?.trim() || '127.0.0.1';
-  const baseUrl = (readUrl(env, 'BASE_URL', `http://localhost:${port}`, ['http:', 'https:']) as string).replace(
-    /\/+$/,
-    '',
-  );
+  const baseUrl = readBaseUrl(env, port);
   const databaseUrl = env.DATABASE_URL?.trim() || 'sqlite:./data/fastpaste.db';
   if (!/^(sqlite:|postgres:\/\/|postgresql:\/\/)/.test(databaseUrl)) {
-    throw new ConfigError(`DATABASE_URL must start with sqlite: or postgres://, got "${databaseUrl}"`);
+    throw new ConfigError(
+      `DATABASE_URL must start with sqlite: or postgres://, got "${withoutCredentials(databaseUrl)}"`,
+    );
   }
   const requestTimeoutSeconds = readInteger(env, 'REQUEST_TIMEOUT_SECONDS', 120, 1, 3600);
   const headersTimeoutSeconds = readInteger(env, 'HEADERS_TIMEOUT_SECONDS', 30, 1, 3600);
@@ -143,7 +175,7 @@ export function loadConfig(env: Env = process.env): Config {
     anonymousCli: readBoolean(env, 'ANONYMOUS_CLI', true),
     anonHourlyLimit: readInteger(env, 'ANON_HOURLY_LIMIT', 30, 0, 1_000_000_000),
     webhookAllowPrivate: readBoolean(env, 'WEBHOOK_ALLOW_PRIVATE', false),
-    contentBlocklistFile: readFile(env, 'CONTENT_BLOCKLIST_FILE'),
+    contentBlocklistFile: readBlocklist(env),
     webhookRetryBaseMs: readInteger(env, 'WEBHOOK_RETRY_BASE_MS', 30_000, 1, 86_400_000),
     webhookTimeoutMs: readInteger(env, 'WEBHOOK_TIMEOUT_MS', 10_000, 100, 120_000),
     webhookConcurrency: readInteger(env, 'WEBHOOK_CONCURRENCY', 8, 1, 256),

@@ -6,7 +6,7 @@
 import assert from 'node:assert/strict';
 import { type ChildProcess, execFile, execFileSync, spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -344,6 +344,8 @@ describe('fastpaste command', () => {
     const untouched = onPostgres ? await freshDatabase() : null;
     if (untouched) t.after(() => untouched.drop());
     const badDb = join(dir, 'never-made', 'bad.db');
+    const badPatterns = join(dir, 'bad-patterns.txt');
+    writeFileSync(badPatterns, '# spam\nfree money\nunclosed (group\n');
     const databaseUrl = untouched?.url ?? `sqlite:${badDb}`;
     const cases: Array<[string[], Record<string, string>, string]> = [
       [['serve'], { PORT: 'abc' }, 'PORT'],
@@ -351,6 +353,13 @@ describe('fastpaste command', () => {
       [['keys', 'list'], { PORT: 'abc' }, 'PORT'],
       [['keys', 'create', '--name', 'x', '--json'], { PORT: 'abc' }, 'PORT'],
       [['serve'], { TRUST_PROXY: 'perhaps' }, 'TRUST_PROXY'],
+      // A blocklist that does not compile, or is no file, is told before anything opens.
+      [['serve'], { CONTENT_BLOCKLIST_FILE: badPatterns }, 'CONTENT_BLOCKLIST_FILE'],
+      [['keys', 'list'], { CONTENT_BLOCKLIST_FILE: dir }, 'CONTENT_BLOCKLIST_FILE'],
+      [['serve'], { BASE_URL: 'https://paste.example/?tracking=1' }, 'BASE_URL'],
+      // The line never shows a password of the URL it refuses.
+      [['keys', 'list'], { DATABASE_URL: 'mysql://admin:s3cret-pw@db.example/x' }, 'DATABASE_URL'],
+      [['serve'], { REDIS_URL: 'redis://admin:s3cret-pw@redis.example:99999' }, 'REDIS_URL'],
     ];
     const runs = await Promise.all(
       cases.map(([args, bad]) => fastpaste(args, { DATABASE_URL: databaseUrl, PORT: '0', ...bad })),
@@ -364,12 +373,36 @@ describe('fastpaste command', () => {
       assert.equal(lines.length, 1, `${what}: not one line: ${run.stderr}`);
       assert.ok(lines[0]?.includes(variable), `${what}: the line does not name ${variable}: ${run.stderr}`);
       assert.ok(!run.stderr.includes('    at '), `${what}: a stack trace`);
+      assert.ok(!run.stderr.includes('s3cret-pw'), `${what}: the line shows a password: ${run.stderr}`);
       assert.equal(run.stdout.trim(), '', `${what}: printed ${run.stdout}`);
     });
     if (untouched) {
       assert.deepEqual(await tableNames(untouched.url), [], 'a command with a bad setting touched the database');
     } else {
       assert.ok(!existsSync(badDb), 'a command with a bad setting touched the database');
+    }
+  });
+
+  it('a port in use or a database out of reach stops a command with one line saying so, no stack', async () => {
+    const holder = net.createServer();
+    await new Promise<void>((resolve) => holder.listen(0, '127.0.0.1', resolve));
+    const port = String((holder.address() as net.AddressInfo).port);
+    try {
+      const cases: Array<[string[], Record<string, string>, RegExp]> = [
+        [['serve'], { PORT: port, DATABASE_URL: `sqlite:${join(dir, 'port-taken.db')}` }, /EADDRINUSE/],
+        [['keys', 'list'], { PORT: '0', DATABASE_URL: 'postgres://nobody@127.0.0.1:1/none' }, /ECONNREFUSED/],
+      ];
+      for (const [args, env, message] of cases) {
+        const run = await fastpaste(args, { LOG_LEVEL: 'silent', ...env });
+        const what = `${args.join(' ')} (${JSON.stringify(env)})`;
+        assert.equal(run.code, 1, `${what}: exit ${run.code}: ${run.stderr}`);
+        const lines = run.stderr.trim().split('\n');
+        assert.equal(lines.length, 1, `${what}: not one line: ${run.stderr}`);
+        assert.match(lines[0] as string, message, what);
+        assert.ok(!run.stderr.includes('    at '), `${what}: a stack trace`);
+      }
+    } finally {
+      await new Promise((resolve) => holder.close(resolve));
     }
   });
 

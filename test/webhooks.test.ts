@@ -23,6 +23,7 @@ import { fileURLToPath } from 'node:url';
 import Database from 'better-sqlite3';
 import { Webhook } from 'standardwebhooks';
 import { loadConfig } from '../src/config.js';
+import { refusingLookup } from '../src/webhooks/address-guard.js';
 import { MAX_ATTEMPTS, retryDelayMs } from '../src/webhooks/retry-schedule.js';
 import { encryptForTest, freePort, request, startServer, type TestServer } from './helpers.js';
 
@@ -1088,6 +1089,51 @@ async function refusedAtCallTime(t: TestContext, urlFor: (port: number) => strin
 // =============================================================================================
 // The administrator's tool (D19)
 // =============================================================================================
+
+describe("the delivery's lookup at connection time (D21)", () => {
+  type Answer = string | Array<{ address: string; family: number }>;
+  /** The guard over a resolver that answers `answer` for any name. */
+  const lookupAnswering = (answer: Answer) =>
+    new Promise<{ err: Error | null; address: Answer }>((resolve) => {
+      const lookup = refusingLookup((_host, _options, callback) =>
+        callback(null, answer as never, typeof answer === 'string' ? (answer.includes(':') ? 6 : 4) : undefined),
+      );
+      lookup('hooks.example', Array.isArray(answer) ? { all: true } : {}, (err, address) => resolve({ err, address }));
+    });
+
+  it('refuses an answer holding an internal or IPv4-compatible address, passes public ones as they are, warns nothing', async (t) => {
+    const warned: unknown[] = [];
+    t.mock.method(console, 'warn', (...args: unknown[]) => warned.push(args));
+    for (const refused of [
+      '::7f00:1', // ::127.0.0.1, IPv4-compatible
+      '::a00:1',
+      '127.0.0.1',
+      '10.1.2.3',
+      '::ffff:192.168.0.1',
+      [
+        { address: '93.184.216.34', family: 4 },
+        { address: '::7f00:1', family: 6 },
+      ],
+    ] as Answer[]) {
+      const { err } = await lookupAnswering(refused);
+      assert.ok(err, `${JSON.stringify(refused)} passed`);
+      assert.match(err.message, /^hooks\.example resolves to /);
+    }
+    for (const passed of [
+      '93.184.216.34',
+      '2606:2800:220:1:248:1893:25c8:1946',
+      [
+        { address: '93.184.216.34', family: 4 },
+        { address: '2606:2800:220:1:248:1893:25c8:1946', family: 6 },
+      ],
+    ] as Answer[]) {
+      const { err, address } = await lookupAnswering(passed);
+      assert.equal(err, null, `${JSON.stringify(passed)}: ${err?.message}`);
+      assert.deepEqual(address, passed);
+    }
+    assert.deepEqual(warned, []);
+  });
+});
 
 describe('fastpaste keys webhook / deliveries / redeliver', SQLITE_ONLY, () => {
   it('creates with a secret, rotates it, lists deliveries with attempts, redelivers with the same id, and clears', async (t) => {

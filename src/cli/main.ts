@@ -13,6 +13,12 @@ import { createServices, type Services } from '../services.js';
 import { openStorage } from '../storage/database.js';
 import { migrateToLatest } from '../storage/migrations.js';
 
+/** An error with a system code (EADDRINUSE, ECONNREFUSED, ENOTFOUND…) or a SQLSTATE (28P01…). */
+function isRefusal(err: unknown): boolean {
+  const code = (err as { code?: unknown } | null)?.code;
+  return typeof code === 'string' && /^(E[A-Z]+|[0-9A-Z]{5})$/.test(code);
+}
+
 function wholeNumber(value: string): number {
   if (!/^\d+$/.test(value)) throw new InvalidArgumentError('must be a whole number (0 for unlimited)');
   return Number(value);
@@ -252,6 +258,13 @@ try {
   if (err instanceof ConfigError || err instanceof AppError) {
     console.error(`fastpaste: ${err.message}`);
     process.exit(err instanceof ConfigError ? 78 : 1);
+  }
+  // What the machine or a backend refused (a port in use, a database out of reach or refusing
+  // the login, a host that does not resolve): one line, as for a bad setting. Anything else is a
+  // fault of fastpaste's own, and keeps its stack.
+  if (isRefusal(err)) {
+    console.error(`fastpaste: ${(err as Error).message}`);
+    process.exit(1);
   }
   throw err;
 }

@@ -6,6 +6,8 @@
  * agent (request-filtering-agent, which checks the address actually connected to, so DNS
  * rebinding fails), plus a literal check here, because an IP literal is never looked up.
  */
+
+import dns from 'node:dns';
 import { lookup } from 'node:dns/promises';
 import ipaddr from 'ipaddr.js';
 import { AppError } from '../errors.js';
@@ -78,4 +80,42 @@ export async function checkWebhookUrl(raw: string, options: GuardOptions): Promi
       );
   }
   return url;
+}
+
+/** dns.lookup's shape, as net.connect calls it (with `all` under Node 20's family selection). */
+export type Lookup = (
+  hostname: string,
+  options: dns.LookupOptions,
+  callback: (err: NodeJS.ErrnoException | null, address: string | dns.LookupAddress[], family?: number) => void,
+) => void;
+
+/**
+ * The connection's name lookup, refusing an answer that holds an address forbiddenAddressReason
+ * refuses: the check at connection time, after DNS, so a name that resolved to a public address
+ * when the URL was set and to an internal one now (rebinding) is refused. The request-filtering
+ * agent checks the address's range too; this adds what its rules let through (::/96, the
+ * IPv4-compatible addresses), which its own deny list cannot: matching that list against an IPv4
+ * address makes it print a warning and a stack to stderr on every delivery.
+ */
+export function refusingLookup(resolve: Lookup = dns.lookup as unknown as Lookup): Lookup {
+  return (hostname, options, callback) => {
+    resolve(hostname, options, (err, address, family) => {
+      if (err) {
+        callback(err, address, family);
+        return;
+      }
+      for (const one of Array.isArray(address) ? address.map((entry) => entry.address) : [address]) {
+        const reason = forbiddenAddressReason(one);
+        if (reason !== null) {
+          callback(
+            Object.assign(new Error(`${hostname} resolves to ${one}, which ${reason}`), { code: 'EADDRNOTALLOWED' }),
+            address,
+            family,
+          );
+          return;
+        }
+      }
+      callback(null, address, family);
+    });
+  };
 }

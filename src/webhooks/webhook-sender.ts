@@ -4,10 +4,11 @@
  * followed (node:http does not follow them; a 3xx is a failed attempt), and at most a few KB of
  * the answer read.
  */
+import type dns from 'node:dns';
 import http from 'node:http';
 import https from 'node:https';
 import { RequestFilteringHttpAgent, RequestFilteringHttpsAgent } from 'request-filtering-agent';
-import { checkWebhookUrlSyntax } from './address-guard.js';
+import { checkWebhookUrlSyntax, refusingLookup } from './address-guard.js';
 
 export interface SendResult {
   statusCode: number | null;
@@ -25,9 +26,11 @@ export interface SendOptions {
   maxResponseBytes?: number;
 }
 
-// The agent's own rules let ::/96 (IPv4-compatible, [::127.0.0.1]) through: denied here.
-const guardedHttp = new RequestFilteringHttpAgent({ keepAlive: false, denyIPAddressList: ['::/96'] });
-const guardedHttps = new RequestFilteringHttpsAgent({ keepAlive: false, denyIPAddressList: ['::/96'] });
+// The agent refuses internal ranges at connection time; what its rules let through (::/96, the
+// IPv4-compatible addresses) the lookup refuses (address-guard.ts).
+const guardedHttp = new RequestFilteringHttpAgent({ keepAlive: false });
+const guardedHttps = new RequestFilteringHttpsAgent({ keepAlive: false });
+const guardedLookup = refusingLookup();
 
 function parseRetryAfter(value: string | undefined, now: number): number | null {
   if (!value) return null;
@@ -71,7 +74,7 @@ export function sendWebhook(
         'content-length': Buffer.byteLength(body),
         'user-agent': 'fastpaste-webhooks/1',
       },
-      ...(agent ? { agent } : { agent: false }),
+      ...(agent ? { agent, lookup: guardedLookup as unknown as typeof dns.lookup } : { agent: false }),
     });
     timer = setTimeout(() => {
       request.destroy(new Error(`timed out after ${options.timeoutMs} ms`));
