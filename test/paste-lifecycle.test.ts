@@ -515,6 +515,25 @@ describe('burn after read (D11)', () => {
     assert.ok(!(await listedIds(server, key)).includes(created.paste_id));
   });
 
+  it('a paste made view-once after it was read shows every view on its burned read; its slug starts again at 0', async () => {
+    const slug = `burn-views-${Date.now()}`;
+    const created = await createPaste(server, key, { content: 'read, then view-once', slug });
+    assert.equal(created.paste_id, slug);
+    for (let i = 0; i < 2; i++) assert.equal((await getDetail(server, key, slug)).status, 200);
+    await server.services.pastes.views.flush(); // two written beside the row...
+    assert.equal((await getDetail(server, key, slug)).status, 200); // ...one held in memory
+    assert.equal((await put(server, key, slug, { burn: true })).status, 200);
+    const burned = await getDetail(server, key, slug);
+    assert.equal(burned.status, 200, burned.text);
+    assert.equal(burned.body.data.burned, true);
+    assert.equal(burned.body.data.view_count, 4);
+    await expectGone(server, key, slug);
+    const again = await createPaste(server, key, { content: 'a new paste under the slug', slug });
+    assert.equal(again.paste_id, slug);
+    await server.services.pastes.views.flush();
+    assert.equal((await getDetail(server, key, slug)).body.data.view_count, 1);
+  });
+
   it('GET raw returns the content, then the paste is gone everywhere', async () => {
     const created = await createPaste(server, key, { content: 'raw once', burn: true });
     const res = await getApiRaw(server, key, created.paste_id);

@@ -11,6 +11,7 @@ import http from 'node:http';
 import { after, before, describe, it } from 'node:test';
 import { gzipSync } from 'node:zlib';
 import { browserLanguages } from '../src/http/web/browser-highlighter.js';
+import { PAGE_TEXT_MAX } from '../src/http/web/pages.js';
 import { generateApiKey } from '../src/keys/api-key-format.js';
 import { parseCreateInput } from '../src/pastes/paste-input.js';
 import { encryptForTest, expectError, request, sqlText, startServer, type TestServer } from './helpers.js';
@@ -588,6 +589,58 @@ describe('quick-create, web pages and HTTP rules', () => {
         assert.ok(page.text.includes(`href="${BASE}/raw/${id}"`), 'no link to /raw');
         assert.ok(page.text.includes(`href="${BASE}/download/${id}"`), 'no link to /download');
       }
+    });
+
+    it('an empty title shows the id (page and archive); a title keeps its direction controls inside its own link', async () => {
+      const empty = await apiCreate({ content: 'titled with nothing', title: '', public: true });
+      const page = await request(`${server.url}/view/${empty}`);
+      assert.match(page.text, new RegExp(`<h1>${empty}</h1>`));
+      assert.match(page.text, new RegExp(`<title>${empty}`));
+      const spoof = await apiCreate({ content: 'reversed', title: 'invoice\u202Efdp.exe', public: true });
+      const archive = await request(`${server.url}/archive`);
+      assert.ok(archive.text.includes(`<a href="/view/${empty}"><bdi>${empty}</bdi></a>`), 'no id for the empty title');
+      assert.ok(
+        archive.text.includes(`<a href="/view/${spoof}"><bdi>invoice\u202Efdp.exe</bdi></a>`),
+        'title not isolated',
+      );
+    });
+
+    it('a long paste cut on its page is cut between characters, never inside a surrogate pair', async () => {
+      const content = `${'a'.repeat(PAGE_TEXT_MAX - 1)}\u{1F600}${'b'.repeat(100)}`;
+      const id = await apiCreate({ content, language: 'plaintext' });
+      const page = await request(`${server.url}/view/${id}`);
+      assert.equal(page.status, 200);
+      assert.match(page.text, /first 256K characters/);
+      assert.ok(!page.text.includes('\ufffd'), 'half a surrogate pair on the page');
+      assert.ok(
+        page.text.includes(`${'a'.repeat(100)}</code>`),
+        'the page does not end its code at the last whole character',
+      );
+    });
+
+    it('a password protected paste that is not downloadable tells nothing on /download without its password', async () => {
+      const { wire } = await encryptForTest('locked and encrypted');
+      const id = await apiCreate({ content: wire, encrypt: true, password: 'pw-5678' });
+      expectError(await request(`${server.url}/download/${id}`), 403, 'password_protected');
+      const withPassword = await request(`${server.url}/download/${id}`, {
+        headers: { 'x-paste-password': 'pw-5678' },
+      });
+      expectError(withPassword, 403, 'not_downloadable');
+    });
+
+    it('the sitemap holds at most 50,000 addresses, the home page and the archive among them', async (t) => {
+      const own = await startServer({ env: ENV });
+      t.after(() => own.close());
+      const now = Date.now();
+      await own.sql(`WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 50000)
+        INSERT INTO pastes (id, title, content, content_type, language, file_size, sha256, created_at, view_count,
+          burn_after_read, encrypted, downloadable, is_public, source)
+        SELECT 'sitemap' || i, 't', 'x', 'text', 'plaintext', 1, 'ab', ${now} - i, 0, 0, 0, 1, 1, 'api' FROM n`);
+      const sitemap = await request(`${own.url}/sitemap.xml`);
+      assert.equal(sitemap.status, 200);
+      const urls = sitemap.text.match(/<url>/g)?.length ?? 0;
+      assert.equal(urls, 50_000);
+      assert.ok(sitemap.text.includes(`/view/sitemap1<`), 'the newest paste is missing');
     });
 
     it('a burn paste: GET /view asks to confirm and consumes nothing; POST confirm=1 shows it once, then 404', async () => {

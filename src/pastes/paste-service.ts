@@ -192,16 +192,22 @@ export class PasteService {
    */
   async read(id: string, mode: ReadMode, options: ReadOptions, peeked?: Paste): Promise<Read> {
     const paste = peeked?.id === id ? peeked : await this.peek(id);
+    // The password first: without it, nothing of the paste is told (that it is encrypted, say).
+    if (paste.passwordHash !== null) await this.checkPassword(paste, mode, options);
     if (mode === 'download' && !isDownloadable(paste)) {
       throw new AppError('not_downloadable', 'This encrypted paste was not made downloadable.');
     }
-    if (paste.passwordHash !== null) await this.checkPassword(paste, mode, options);
     if (!options.consume) return { paste, burned: false };
     if (paste.burnAfterRead) {
       const consumed = await this.pastes.consumeBurn(id, this.clock());
       if (!consumed) throw notFound();
       if (consumed.ownerKeyId) this.listing.forget(consumed.ownerKeyId);
-      return { paste: { ...consumed, viewCount: consumed.viewCount + 1 }, burned: true };
+      // The deleted row holds none of its counted views (written beside it, or still held here):
+      // the paste as peeked does (PUT may make a paste read before view-once). The views held
+      // for it go with it, so a paste made again under its slug starts at 0.
+      const views = consumed.createdAt === paste.createdAt ? paste.viewCount : consumed.viewCount;
+      this.views.forget(id);
+      return { paste: { ...consumed, viewCount: views + 1 }, burned: true };
     }
     this.countView(paste);
     // peek() already counted the views not yet written; this one is added here.

@@ -95,7 +95,8 @@ export function pastePageParts(
   links: ViewLinks,
   options: { burned: boolean; highlighted: Buffer | null },
 ): Array<string | Buffer> {
-  const title = paste.title ?? paste.id;
+  // An empty title (the API takes one) shows the id, as none does.
+  const title = paste.title || paste.id;
   const linkParts =
     paste.passwordHash === null && !options.burned ? [`<a href="${escapeHtml(links.rawUrl)}">raw</a>`] : [];
   if (links.downloadUrl && paste.passwordHash === null && !options.burned) {
@@ -106,7 +107,7 @@ export function pastePageParts(
   const cut =
     linkParts.length > 0 && !paste.encrypted && options.highlighted === null && paste.content.length > PAGE_TEXT_MAX;
   const cutNotice = cut
-    ? `<p class="notice">This paste is ${paste.fileSize} bytes; this page shows the first ${PAGE_TEXT_MAX / 1024} KB of it. The whole paste is at <a href="${escapeHtml(links.rawUrl)}">raw</a>.</p>`
+    ? `<p class="notice">This paste is ${paste.fileSize} bytes; this page shows its first ${PAGE_TEXT_MAX / 1024}K characters. The whole paste is at <a href="${escapeHtml(links.rawUrl)}">raw</a>.</p>`
     : '';
   const notice = `${
     options.burned
@@ -137,7 +138,7 @@ ${body}`,
   // of code is ~50 KB of HTML, which as one string would be measured and encoded again on every
   // request. Only the template follows the mark, so the last one is the real one.
   const at = html.lastIndexOf(CODE_MARK);
-  const code = options.highlighted ?? escapeHtml(cut ? paste.content.slice(0, PAGE_TEXT_MAX) : paste.content);
+  const code = options.highlighted ?? escapeHtml(cut ? cutAt(paste.content, PAGE_TEXT_MAX) : paste.content);
   return [html.slice(0, at), code, html.slice(at + CODE_MARK.length)];
 }
 
@@ -173,7 +174,7 @@ export function archivePage(items: PasteSummary[], page: number, hasMore: boolea
   const rows = items
     .map(
       (p) =>
-        `<li><a href="/view/${escapeHtml(p.id)}">${escapeHtml(p.title ?? p.id)}</a> <span class="meta">${escapeHtml(p.language ?? 'text')}${SEP}${formatTimestamp(p.createdAt)} UTC</span></li>`,
+        `<li><a href="/view/${escapeHtml(p.id)}"><bdi>${escapeHtml(p.title || p.id)}</bdi></a> <span class="meta">${escapeHtml(p.language ?? 'text')}${SEP}${formatTimestamp(p.createdAt)} UTC</span></li>`,
     )
     .join('\n');
   const nav = [
@@ -205,4 +206,10 @@ export function sitemapXml(baseUrl: string, items: PasteSummary[]): string {
 ${urls.join('\n')}
 </urlset>
 `;
+}
+
+/** The first `max` UTF-16 units of `text`, one fewer where the cut would split a surrogate pair. */
+function cutAt(text: string, max: number): string {
+  const last = text.charCodeAt(max - 1);
+  return text.slice(0, last >= 0xd800 && last <= 0xdbff ? max - 1 : max);
 }

@@ -22,7 +22,8 @@ export interface WebDeps {
 }
 
 const ARCHIVE_PAGE_SIZE = 50;
-const SITEMAP_MAX = 50_000;
+/** A sitemap holds at most 50,000 addresses (sitemaps.org): the home page, the archive and the pastes. */
+const SITEMAP_MAX = 50_000 - 2;
 
 const JAVASCRIPT = 'text/javascript; charset=utf-8';
 
