@@ -113,7 +113,7 @@ function readUrl(env: Env, name: string, fallback: string | null, protocols: str
 function readBaseUrl(env: Env, port: number): string {
   const raw = readUrl(env, 'BASE_URL', `http://localhost:${port}`, ['http:', 'https:']) as string;
   const url = new URL(raw);
-  if (url.username || url.password || url.search || url.hash) {
+  if (url.username || url.password || raw.includes('?') || raw.includes('#')) {
     throw new ConfigError(
       'BASE_URL must be a plain address (no user, password, query or fragment), as addresses are built on it',
     );

@@ -12,6 +12,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
+import { isRefusal, refusalMessage } from '../src/cli/refusals.js';
 import { isWellFormedApiKey } from '../src/keys/api-key-format.js';
 import { KEY_CACHE_MS } from '../src/keys/key-service.js';
 import { databaseContains, freshDatabase, onPostgres, queryDatabase } from './helpers.js';
@@ -357,6 +358,7 @@ describe('fastpaste command', () => {
       [['serve'], { CONTENT_BLOCKLIST_FILE: badPatterns }, 'CONTENT_BLOCKLIST_FILE'],
       [['keys', 'list'], { CONTENT_BLOCKLIST_FILE: dir }, 'CONTENT_BLOCKLIST_FILE'],
       [['serve'], { BASE_URL: 'https://paste.example/?tracking=1' }, 'BASE_URL'],
+      [['serve'], { BASE_URL: 'https://paste.example/#' }, 'BASE_URL'],
       // The line never shows a password of the URL it refuses.
       [['keys', 'list'], { DATABASE_URL: 'mysql://admin:s3cret-pw@db.example/x' }, 'DATABASE_URL'],
       [['serve'], { REDIS_URL: 'redis://admin:s3cret-pw@redis.example:99999' }, 'REDIS_URL'],
@@ -404,6 +406,18 @@ describe('fastpaste command', () => {
     } finally {
       await new Promise((resolve) => holder.close(resolve));
     }
+  });
+
+  it('a refusal of errors (a name of two addresses, both refused) is told by its errors, never an empty line', () => {
+    const both = Object.assign(
+      new AggregateError([new Error('connect ECONNREFUSED ::1:1'), new Error('connect ECONNREFUSED 127.0.0.1:1')]),
+      { code: 'ECONNREFUSED' },
+    );
+    assert.equal(isRefusal(both), true);
+    assert.equal(refusalMessage(both), 'connect ECONNREFUSED ::1:1; connect ECONNREFUSED 127.0.0.1:1');
+    assert.equal(refusalMessage(Object.assign(new Error(''), { code: 'ENOTFOUND' })), 'ENOTFOUND');
+    assert.equal(isRefusal(new TypeError('a fault of our own')), false);
+    assert.equal(isRefusal(Object.assign(new Error('password authentication failed'), { code: '28P01' })), true);
   });
 
   it('serve creates the data directory on first start', { skip: onPostgres && 'SQLite only' }, async () => {

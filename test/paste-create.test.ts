@@ -11,6 +11,7 @@ import { request as httpRequest } from 'node:http';
 import net from 'node:net';
 import { after, before, describe, it } from 'node:test';
 import { generateApiKey } from '../src/keys/api-key-format.js';
+import { migrateToLatest } from '../src/storage/migrations.js';
 import {
   databaseContains,
   encryptForTest,
@@ -969,6 +970,20 @@ describe('POST /api/v1/paste: public flag (D22) and password (D13)', () => {
     const r = await createJson(server, key, { content: wire, public: true, encrypt: true });
     assert.equal(r.status, 201);
     assert.deepEqual(await listed(r.body.data.paste_id), { archive: false, sitemap: false });
+  });
+
+  it('rows stored public with a password, burn or encryption before it was ignored are made unlisted by the migration', async () => {
+    const stored = await createJson(server, key, { content: 'stored before', public: true });
+    const plain = await createJson(server, key, { content: 'plain and public', public: true });
+    const id = stored.body.data.paste_id;
+    await server.sql(`UPDATE pastes SET password_hash = 'x' WHERE id = '${id}'`);
+    await server.sql(`DELETE FROM kysely_migration WHERE name = '0009_public_only_where_it_applies'`);
+    assert.deepEqual(await migrateToLatest(server.services.storage), ['0009_public_only_where_it_applies']);
+    const rows = await server.sql<{ id: string; is_public: number }>(
+      `SELECT id, is_public FROM pastes WHERE id IN ('${id}', '${plain.body.data.paste_id}') ORDER BY id`,
+    );
+    const publicOf = Object.fromEntries(rows.map((r) => [r.id, Number(r.is_public)]));
+    assert.deepEqual(publicOf, { [id]: 0, [plain.body.data.paste_id]: 1 });
   });
 
   it('public ignored for a password or burn stays ignored when PUT lifts them: never listed', async () => {

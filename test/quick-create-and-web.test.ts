@@ -550,6 +550,13 @@ describe('quick-create, web pages and HTTP rules', () => {
       assert.match(byAccept.headers.get('content-type') ?? '', /^application\/json/);
     });
 
+    it("a switch named like an object's own property (burn=constructor, json=__proto__) is no boolean: 400", async () => {
+      for (const query of ['?burn=constructor', '?json=__proto__', '?burn=toString']) {
+        const answer = await cli(query, { headers: { 'content-type': 'text/plain', 'x-api-key': key }, body: 'x' });
+        expectError(answer, 400, 'invalid_request');
+      }
+    });
+
     it("takes the create's switch (D18): json=0 leaves it to Accept, a json that is not a boolean is 400", async () => {
       for (const method of ['GET', 'POST']) {
         const init = (accept: string) => ({

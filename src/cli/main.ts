@@ -12,12 +12,7 @@ import { serve } from '../main.js';
 import { createServices, type Services } from '../services.js';
 import { openStorage } from '../storage/database.js';
 import { migrateToLatest } from '../storage/migrations.js';
-
-/** An error with a system code (EADDRINUSE, ECONNREFUSED, ENOTFOUND…) or a SQLSTATE (28P01…). */
-function isRefusal(err: unknown): boolean {
-  const code = (err as { code?: unknown } | null)?.code;
-  return typeof code === 'string' && /^(E[A-Z]+|[0-9A-Z]{5})$/.test(code);
-}
+import { isRefusal, refusalMessage } from './refusals.js';
 
 function wholeNumber(value: string): number {
   if (!/^\d+$/.test(value)) throw new InvalidArgumentError('must be a whole number (0 for unlimited)');
@@ -263,7 +258,7 @@ try {
   // the login, a host that does not resolve): one line, as for a bad setting. Anything else is a
   // fault of fastpaste's own, and keeps its stack.
   if (isRefusal(err)) {
-    console.error(`fastpaste: ${(err as Error).message}`);
+    console.error(`fastpaste: ${refusalMessage(err as Error)}`);
     process.exit(1);
   }
   throw err;

@@ -75,6 +75,8 @@ function counterTtlSeconds(window: WindowPlan, now: number): number {
 export interface QuotaReceipt {
   headers: Record<string, string>;
   windows: readonly Counted[];
+  /** The policy header, when the key's plan had it made already. */
+  policy?: string;
 }
 
 interface HourPlan {
@@ -166,7 +168,9 @@ export class QuotaService {
    * once the request is refused after all (D20: a 401 or 403 counts against nothing).
    */
   async admit(subject: string, limits: Limits): Promise<QuotaReceipt> {
-    const windows = this.countNow(subject, limits) ?? (await this.count(subject, limits));
+    const now = this.countNow(subject, limits);
+    if (now) return { headers: quotaHeaders(now.windows, now.policy), windows: now.windows, policy: now.policy };
+    const windows = await this.count(subject, limits);
     return { headers: quotaHeaders(windows), windows };
   }
 
@@ -181,6 +185,7 @@ export class QuotaService {
       receipt.windows.map((w) =>
         Object.assign({}, w, { used: w.used - 1, remaining: Math.max(0, w.limit - (w.used - 1)) }),
       ),
+      receipt.policy,
     );
   }
 
@@ -262,17 +267,18 @@ export class QuotaService {
     return quotaHeaders(states, plan.policy);
   }
 
-  /** consumeNow()'s count, as counted windows (admit's receipt); undefined as consumeNow. */
-  private countNow(subject: string, limits: Limits): Counted[] | undefined {
+  /** consumeNow()'s count, as counted windows and their policy (admit's receipt); undefined as consumeNow. */
+  private countNow(subject: string, limits: Limits): { windows: Counted[]; policy: string } | undefined {
     const counted = this.incrementNow(subject, limits);
     if (!counted) return undefined;
     const { plan, used, now } = counted;
-    return plan.windows.map((w, i) =>
+    const windows = plan.windows.map((w, i) =>
       Object.assign(windowState(w, limits[w.kind], used[i] as number, now), {
         key: (plan.counters[i] as { key: string }).key,
         ttlSeconds: counterTtlSeconds(w, now),
       }),
     );
+    return { windows, policy: plan.policy };
   }
 
   /** The count of consumeNow(): the plan counted in and the new counts; undefined as consumeNow. */

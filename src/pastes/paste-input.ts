@@ -66,7 +66,9 @@ const FORM_BOOLEANS: Record<string, boolean> = {
 
 /** Parses a form or query boolean (D8); undefined when it is not one. */
 export function parseFormBoolean(value: string): boolean | undefined {
-  return FORM_BOOLEANS[value.trim().toLowerCase()];
+  const key = value.trim().toLowerCase();
+  // Its own keys only: `constructor` or `__proto__` are no booleans.
+  return Object.hasOwn(FORM_BOOLEANS, key) ? FORM_BOOLEANS[key] : undefined;
 }
 
 /**

@@ -224,6 +224,15 @@ const migrations: Record<string, Migration> = {
         .execute();
     },
   },
+  '0009_public_only_where_it_applies': {
+    async up(db: Kysely<unknown>) {
+      // `public` is ignored with a password, burn or encryption (api-v1.md), and is no longer
+      // stored there (paste-service.ts); rows stored before kept it, and a PUT lifting the
+      // password or the burn would have listed them.
+      await sql`UPDATE pastes SET is_public = 0
+        WHERE is_public = 1 AND (password_hash IS NOT NULL OR burn_after_read = 1 OR encrypted = 1)`.execute(db);
+    },
+  },
 };
 
 // biome-ignore lint/suspicious/noExplicitAny: see migrateOn

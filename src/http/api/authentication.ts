@@ -83,14 +83,21 @@ type Counted = { [RECEIPT]?: QuotaReceipt };
  * fast lane counted is a list or a create, which is never refused so.)
  */
 export function giveBackRefusedCounts(app: FastifyInstance, quota: QuotaService): void {
-  app.addHook('onSend', async (request, reply, payload) => {
+  // A callback hook: every answer passes here, and only a refused one waits for the store.
+  app.addHook('onSend', (request, reply, payload, done) => {
     const receipt = (request as FastifyRequest & Counted)[RECEIPT];
-    if (receipt === undefined || (reply.statusCode !== 401 && reply.statusCode !== 403)) return payload;
+    if (receipt === undefined || (reply.statusCode !== 401 && reply.statusCode !== 403)) {
+      done(null, payload);
+      return;
+    }
     (request as FastifyRequest & Counted)[RECEIPT] = undefined;
-    try {
-      reply.headers(await quota.giveBack(receipt));
-    } catch {}
-    return payload;
+    quota.giveBack(receipt).then(
+      (headers) => {
+        reply.headers(headers);
+        done(null, payload);
+      },
+      () => done(null, payload),
+    );
   });
 }
 
