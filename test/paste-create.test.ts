@@ -1327,32 +1327,26 @@ describe('POST /api/v1/paste: multipart uploads (D17)', () => {
     assert.equal(/%E2%80%AE/i.test(disposition), false, disposition);
   });
 
-  it('a filename with U+202E sent as RFC 5987 filename* is stored without it', async () => {
+  /** An upload of one text file part whose Content-Disposition is given as is. */
+  const uploadDisposed = (disposition: string, data: string) => {
     const boundary = `b${randomBytes(8).toString('hex')}`;
-    const body = multipartBody(boundary, [
-      {
-        disposition: `form-data; name="file"; filename*=UTF-8''report%E2%80%AEtxt.md`,
-        type: 'text/plain',
-        data: 'some markdown',
-      },
-    ]);
-    const r = await postRaw(server, key, body, { 'content-type': `multipart/form-data; boundary=${boundary}` });
+    const body = multipartBody(boundary, [{ disposition, type: 'text/plain', data }]);
+    return postRaw(server, key, body, { 'content-type': `multipart/form-data; boundary=${boundary}` });
+  };
+
+  it('a filename with U+202E sent as RFC 5987 filename* is stored without it', async () => {
+    const r = await uploadDisposed(`form-data; name="file"; filename*=UTF-8''report%E2%80%AEtxt.md`, 'some markdown');
     assert.equal(r.status, 201, r.text);
     const p = (await detail(server, key, r.body.data.paste_id)).body.data;
     assert.equal(p.original_filename, 'reporttxt.md');
   });
 
   it('a filename sent as UTF-16 holding half of a surrogate pair is stored without it, as UTF-8 text', async () => {
-    const boundary = `b${randomBytes(8).toString('hex')}`;
     // U+D800 alone, then ".txt", as UTF-16LE: busboy decodes it to "\ud800.txt".
-    const body = multipartBody(boundary, [
-      {
-        disposition: `form-data; name="file"; filename*=utf-16le''%00%D8%2E%00%74%00%78%00%74%00`,
-        type: 'text/plain',
-        data: 'some text',
-      },
-    ]);
-    const r = await postRaw(server, key, body, { 'content-type': `multipart/form-data; boundary=${boundary}` });
+    const r = await uploadDisposed(
+      `form-data; name="file"; filename*=utf-16le''%00%D8%2E%00%74%00%78%00%74%00`,
+      'some text',
+    );
     assert.equal(r.status, 201, r.text);
     const p = (await detail(server, key, r.body.data.paste_id)).body.data;
     assert.equal(p.original_filename, '.txt');

@@ -122,23 +122,23 @@ export class UrlEncodedBody {
   ) {}
 }
 
-/** One name or value of a form: `+` a space, `%XX` a byte (a `%` without two hex digits kept). */
-function formComponent(text: string): { text: string; utf8: boolean } {
-  const bytes = Buffer.from(text, 'latin1');
+/** One name or value of a form, as bytes: `+` a space, `%XX` a byte (a `%` without two hex digits kept). */
+function formComponent(bytes: Buffer): { text: string; utf8: boolean } {
+  const decoded = Buffer.allocUnsafe(bytes.length);
   let length = 0;
   for (let i = 0; i < bytes.length; i++) {
     const byte = bytes[i] as number;
     const high = byte === 0x25 ? hexValue(bytes[i + 1]) : -1;
     const low = high >= 0 ? hexValue(bytes[i + 2]) : -1;
     if (low >= 0) {
-      bytes[length++] = high * 16 + low;
+      decoded[length++] = high * 16 + low;
       i += 2;
     } else {
-      bytes[length++] = byte === 0x2b ? 0x20 : byte;
+      decoded[length++] = byte === 0x2b ? 0x20 : byte;
     }
   }
-  const decoded = bytes.subarray(0, length);
-  return { text: decoded.toString('utf8'), utf8: isUtf8(decoded) };
+  const used = decoded.subarray(0, length);
+  return { text: used.toString('utf8'), utf8: isUtf8(used) };
 }
 
 /** The value of an ASCII hex digit's byte, or -1. */
@@ -149,20 +149,28 @@ function hexValue(byte: number | undefined): number {
   return lower >= 0x61 && lower <= 0x66 ? lower - 0x61 + 10 : -1;
 }
 
-/** As URLSearchParams parses a form (WHATWG), keeping which names or values are not UTF-8. */
+const AMPERSAND = 0x26;
+const EQUALS = 0x3d;
+const NO_BYTES = Buffer.alloc(0);
+
+/** As URLSearchParams parses a form (WHATWG), on its bytes, keeping which names or values are not UTF-8. */
 export function parseUrlEncoded(raw: Buffer): UrlEncodedBody {
   const fields: Record<string, string | string[]> = Object.create(null);
   const notUtf8 = new Set<string>();
-  // latin1: one character a byte, so the escapes and the bytes sent as they are both come back whole.
-  for (const pair of raw.toString('latin1').split('&')) {
-    if (pair === '') continue;
-    const equals = pair.indexOf('=');
-    const name = formComponent(equals < 0 ? pair : pair.slice(0, equals));
-    const value = formComponent(equals < 0 ? '' : pair.slice(equals + 1));
-    if (!name.utf8 || !value.utf8) notUtf8.add(name.text);
-    const previous = fields[name.text];
-    if (previous === undefined) fields[name.text] = value.text;
-    else fields[name.text] = Array.isArray(previous) ? [...previous, value.text] : [previous, value.text];
+  for (let start = 0; start < raw.length; ) {
+    const found = raw.indexOf(AMPERSAND, start);
+    const end = found < 0 ? raw.length : found;
+    if (end > start) {
+      const pair = raw.subarray(start, end);
+      const equals = pair.indexOf(EQUALS);
+      const name = formComponent(equals < 0 ? pair : pair.subarray(0, equals));
+      const value = formComponent(equals < 0 ? NO_BYTES : pair.subarray(equals + 1));
+      if (!name.utf8 || !value.utf8) notUtf8.add(name.text);
+      const previous = fields[name.text];
+      if (previous === undefined) fields[name.text] = value.text;
+      else fields[name.text] = Array.isArray(previous) ? [...previous, value.text] : [previous, value.text];
+    }
+    start = end + 1;
   }
   return new UrlEncodedBody(raw, fields, notUtf8);
 }
@@ -306,8 +314,8 @@ export async function readMultipartForm(request: FastifyRequest, options: Multip
     // Every part comes as bytes, text fields too: busboy would decode a field's bytes leniently
     // (U+FFFD for what is not UTF-8) and @fastify/multipart would parse one typed
     // application/json (an object, stored as "[object Object]"). A text field is its bytes as
-    // sent, and must be UTF-8 (readTextPart). Which parts are files is decided below, as busboy
-    // decides it by default.
+    // sent, and must be UTF-8 (textOfField). Which parts are files is decided below, as busboy
+    // decides it by default, and the file and field counts too (busboy counts every part a file).
     isPartAFile: () => true,
     limits: {
       fileSize: Math.max(options.maxFileBytes, MAX_TEXT_BYTES),
@@ -328,7 +336,7 @@ export async function readMultipartForm(request: FastifyRequest, options: Multip
       const part = next.value;
       if (part.type !== 'file') throw new Error('a multipart part read as a field'); // isPartAFile
       const isFile = isFilePart(part.filename, part.mimetype);
-      if (isFile && file) throw new AppError('invalid_request', 'The form may carry one file only.');
+      if (isFile && file) throw new request.server.multipartErrors.FilesLimitError();
       if (Object.hasOwn(fields, part.fieldname) || file?.field === part.fieldname) {
         throw invalidRequest([{ field: part.fieldname, message: 'is sent more than once' }]);
       }
@@ -340,9 +348,7 @@ export async function readMultipartForm(request: FastifyRequest, options: Multip
         const bytes = await Promise.race([readFilePart(part.file, options.maxFileBytes), stalled]);
         file = { field: part.fieldname, filename: part.filename, mimeType: part.mimetype, bytes };
       } else {
-        if (Object.keys(fields).length === MAX_TEXT_FIELDS) {
-          throw new AppError('invalid_request', 'The form has too many fields.');
-        }
+        if (Object.keys(fields).length === MAX_TEXT_FIELDS) throw new request.server.multipartErrors.FieldsLimitError();
         const bytes = await Promise.race([readFilePart(part.file, MAX_TEXT_BYTES), stalled]);
         fields[part.fieldname] = textOfField(part.fieldname, bytes);
       }
