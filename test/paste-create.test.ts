@@ -1355,6 +1355,19 @@ describe('POST /api/v1/paste: multipart uploads (D17)', () => {
     assert.equal(row?.title, '.txt');
   });
 
+  it('a filename over 200 characters is cut before its extension, which still decides type and language', async () => {
+    const stem = `${'long-name-'.repeat(30)}x`;
+    const r = await upload(server, key, fileForm('print("hi")\n', `${stem}.py`));
+    assert.equal(r.status, 201, r.text);
+    const p = (await detail(server, key, r.body.data.paste_id)).body.data;
+    assert.equal(p.original_filename, `${stem.slice(0, 197)}.py`);
+    assert.equal(p.original_filename.length, 200);
+    assert.equal(p.language, 'python');
+    // An extension too long to be one is cut with the rest (and refused: no such extension).
+    const odd = await upload(server, key, fileForm('text', `${stem}.${'x'.repeat(40)}`));
+    assert.equal(odd.status, 400, odd.text);
+  });
+
   it('a filename with CR/LF (as a browser or fetch sends it) never stores or emits a raw CR/LF', async () => {
     const r = await upload(server, key, fileForm('header injection?', 'evil\r\nSet-Cookie: a=b.txt'));
     assert.equal(r.status, 201, r.text);

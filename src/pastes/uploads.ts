@@ -156,9 +156,17 @@ export function decodeTextFile(bytes: Buffer): string | null {
   }
 }
 
+/** The longest file name kept, in UTF-16 code units (as the title's limit counts). */
+export const MAX_FILENAME_CHARS = 200;
+
+/** The longest extension kept whole when a name is cut (`.properties` is 11). */
+const MAX_KEPT_EXTENSION = 16;
+
 /**
  * A file name safe to store, show and put in a Content-Disposition header: no directories, no
- * control or bidirectional-override characters, at most 200 characters.
+ * control or bidirectional-override characters, at most MAX_FILENAME_CHARS characters. A longer
+ * name is cut before its extension, which is kept: the extension decides whether the upload is
+ * accepted and its language, and a name cut through it would be refused or mislabelled.
  */
 export function safeFilename(raw: string): string {
   const base = raw.split(/[\\/]/).pop() ?? '';
@@ -166,11 +174,16 @@ export function safeFilename(raw: string): string {
     // C0/C1 controls, and the bidi controls that can disguise an extension (U+202E and kin).
     .replace(/[\u0000-\u001f\u007f-\u009f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]/g, '')
     .replace(/^\.+$/, '')
-    .trim()
-    .slice(0, 200)
-    // Half of a surrogate pair (a name sent as UTF-16 can hold one, and the cut above can make
-    // one) has no UTF-8 form: SQLite would store bytes that are not UTF-8. With the u flag a
-    // whole pair is one character, so only halves match.
-    .replace(/\p{Surrogate}/gu, '');
-  return cleaned;
+    .trim();
+  // Half of a surrogate pair (a name sent as UTF-16 can hold one, and a cut can make one) has no
+  // UTF-8 form: SQLite would store bytes that are not UTF-8. With the u flag a whole pair is one
+  // character, so only halves match.
+  return cutKeepingExtension(cleaned).replace(/\p{Surrogate}/gu, '');
+}
+
+function cutKeepingExtension(name: string): string {
+  if (name.length <= MAX_FILENAME_CHARS) return name;
+  const ext = extname(name);
+  if (ext.length === 0 || ext.length > MAX_KEPT_EXTENSION) return name.slice(0, MAX_FILENAME_CHARS);
+  return name.slice(0, MAX_FILENAME_CHARS - ext.length) + ext;
 }
