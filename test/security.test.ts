@@ -844,7 +844,17 @@ describe('uploaded file names never reach a header or a page unescaped (D17)', (
       assert.equal(answer.status, 200);
       assert.equal(answer.headers.get('content-type'), 'text/plain; charset=utf-8', path);
       assert.equal(answer.headers.get('x-content-type-options'), 'nosniff', path);
+      // Rendered anyway (a browser that ignores nosniff), it would run in a sandbox: no script, an origin of its own.
+      const csp = answer.headers.get('content-security-policy') ?? '';
+      assert.ok(
+        csp.split(';').some((d) => d.trim() === 'sandbox'),
+        `${path}: ${csp}`,
+      );
     }
+    // The same through the framework: HEAD, which the fast lane leaves to it.
+    const headed = await request(`${server.url}/raw/${id}`, { method: 'HEAD' });
+    assert.equal(headed.status, 200);
+    assert.match(headed.headers.get('content-security-policy') ?? '', /; sandbox$/);
     const view = await request(`${server.url}/view/${id}`);
     assert.ok(!view.text.includes('<script>alert'), 'the view page escapes the content');
   });

@@ -36,7 +36,7 @@ import { errorEnvelope, toAppError } from './error-presenter.js';
 import { readLimited } from './request-bodies.js';
 import type { RequestsInFlight } from './requests-in-flight.js';
 import { ResponseBatch } from './response-batch.js';
-import { SECURITY_HEADERS } from './security-headers.js';
+import { SECURITY_HEADERS, TEXT_CONTENT_SECURITY_POLICY } from './security-headers.js';
 import { LARGE_BODY_BYTES } from './upload-slots.js';
 
 export interface FastLaneDeps {
@@ -97,6 +97,7 @@ const FAILURE_LOG_INTERVAL_MS = 1000;
 
 const TEXT_HEADERS = {
   ...SECURITY_HEADERS,
+  'content-security-policy': TEXT_CONTENT_SECURITY_POLICY,
   'content-type': 'text/plain; charset=utf-8',
   'cache-control': 'no-store',
 };

@@ -17,6 +17,7 @@ import type { Created, PasteService } from '../../pastes/paste-service.js';
 import { decodeTextFile, isAllowedExtension, isTextualMimeType, safeFilename } from '../../pastes/uploads.js';
 import { clientBucket } from '../client-address.js';
 import { declaredLengthGuard, readMultipartForm, UrlEncodedBody } from '../request-bodies.js';
+import { TEXT_CONTENT_SECURITY_POLICY } from '../security-headers.js';
 import { callerKey, requireApiKey } from './authentication.js';
 import { readPagination } from './pagination.js';
 
@@ -219,10 +220,11 @@ export function readOptions(request: FastifyRequest, password?: string) {
   };
 }
 
-/** Plain text as raw answers it (D16). */
+/** Plain text as raw answers it (D16), sandboxed should a browser render it (security-headers.ts). */
 export function sendText(reply: FastifyReply, content: string): FastifyReply {
   return reply
     .type('text/plain; charset=utf-8')
+    .header('content-security-policy', TEXT_CONTENT_SECURITY_POLICY)
     .header('x-content-type-options', 'nosniff')
     .header('cache-control', 'no-store')
     .send(content);
