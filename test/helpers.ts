@@ -403,11 +403,12 @@ export async function tcpProxy(
  */
 export async function postgresProxy(target: URL): Promise<{
   url: string;
-  cutAtNext(text: string, when: 'before' | 'after'): void;
+  /** Cuts the next `times` connections (each once) that send a query containing `text`. */
+  cutAtNext(text: string, when: 'before' | 'after', times?: number): void;
   cuts(): number;
   close(): void;
 }> {
-  let armed: { text: string; when: 'before' | 'after' } | null = null;
+  let armed: { text: string; when: 'before' | 'after'; times: number } | null = null;
   let cuts = 0;
   const proxy = await tcpProxy(target, 5432, (client, upstream) => {
     let withheld: Buffer | null = null; // the reply held back, until its ReadyForQuery
@@ -419,7 +420,8 @@ export async function postgresProxy(target: URL): Promise<{
     client.on('data', (data: Buffer) => {
       if (armed && data.includes(armed.text)) {
         const { when } = armed;
-        armed = null;
+        armed.times--;
+        if (armed.times === 0) armed = null;
         if (when === 'before') return cut();
         withheld = Buffer.alloc(0);
       }
@@ -437,8 +439,8 @@ export async function postgresProxy(target: URL): Promise<{
   });
   return {
     url: proxy.url,
-    cutAtNext: (text, when) => {
-      armed = { text, when };
+    cutAtNext: (text, when, times = 1) => {
+      armed = { text, when, times };
     },
     cuts: () => cuts,
     close: proxy.close,

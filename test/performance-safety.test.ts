@@ -444,7 +444,7 @@ describe('point reads of one turn in one query (PostgreSQL)', () => {
     assert.deepEqual(asked, [{ ids: ['a', 'b'], now: 3 }]);
     assert.deepEqual(alone, []);
     // Refused by PostgreSQL for a value (a bad id, say): each id read alone, once.
-    failure = Object.assign(new Error('invalid byte sequence'), { code: '22021' });
+    failure = Object.assign(new Error('invalid byte sequence'), { code: '22021', severity: 'ERROR' });
     assert.deepEqual(await Promise.all([batch.read('c', 1), batch.read('d', 1), batch.read('c', 2)]), [
       { id: 'c', expires_at: null, content: 'c alone' },
       { id: 'd', expires_at: null, content: 'd alone' },
@@ -452,7 +452,7 @@ describe('point reads of one turn in one query (PostgreSQL)', () => {
     ]);
     assert.deepEqual(alone, ['c', 'd']);
     // Refused for anything else (too many clients): no read alone, every caller hears it.
-    failure = Object.assign(new Error('too many clients'), { code: '53300' });
+    failure = Object.assign(new Error('too many clients'), { code: '53300', severity: 'FATAL' });
     const overloaded = await Promise.allSettled([batch.read('e', 1), batch.read('f', 1)]);
     assert.deepEqual(
       overloaded.map((outcome) => outcome.status),

@@ -14,6 +14,7 @@ import { type Logger, pino } from 'pino';
 import { REDIS_COMMAND_TIMEOUT_MS } from '../src/services.js';
 import { openStorage, STATEMENT_TIMEOUT_MS } from '../src/storage/database.js';
 import { migrateToLatest } from '../src/storage/migrations.js';
+import { answeredByServer } from '../src/storage/prepared-query.js';
 import {
   createPaste,
   expectError,
@@ -481,7 +482,7 @@ describe('a backend that goes away gives fast 503s and the instance heals by its
   });
 
   for (const cut of ['before', 'after'] as const) {
-    it(`a PostgreSQL connection lost in the middle of a create (${cut === 'before' ? 'before the insert reaches it' : 'after its commit, the reply lost'}): that request 503, the process goes on`, async () => {
+    it(`a PostgreSQL connection lost in the middle of a group of creates (${cut === 'before' ? 'before the insert reaches it' : 'after its commit, the reply lost'}): the group sent again on another connection, each create 201 with the paste stored once`, async () => {
       const db = await freshDatabase();
       const proxy = await postgresProxy(new URL(db.url));
       const env = { DATABASE_URL: proxy.url, REDIS_URL: '' };
@@ -493,25 +494,31 @@ describe('a backend that goes away gives fast 503s and the instance heals by its
           fetch(`${server?.url}/api/v1/paste`, {
             method: 'POST',
             headers: { 'x-api-key': key, 'content-type': 'application/json' },
-            body: JSON.stringify({ content }),
+            body: JSON.stringify({ content, title: content }),
           });
-        // The create's insert (a named statement, its text sent on a connection's first use).
+        // The group's insert (a named statement, its text sent on a connection's first use).
         proxy.cutAtNext('INSERT INTO pastes', cut);
-        const lost = await create('lost on the way');
+        const contents = Array.from({ length: 6 }, (_, i) => `lost on the way ${i}`);
+        const answers = await Promise.all(contents.map(create));
         assert.equal(proxy.cuts(), 1, 'the insert was cut');
-        assert.equal(lost.status, 503, await lost.clone().text());
-        assert.equal(((await lost.json()) as { code: string }).code, 'service_unavailable');
+        for (const [i, answer] of answers.entries()) {
+          assert.equal(answer.status, 201, await answer.clone().text());
+          const { data } = (await answer.json()) as { data: { paste_id: string } };
+          assert.equal(await (await fetch(`${server.url}/raw/${data.paste_id}`)).text(), contents[i]);
+        }
         assert.equal(server.child.exitCode, null, `the process is still up: ${server.output()}`);
+        const stored = await queryDatabase<{ content: string; n: number }>(
+          db.url,
+          "SELECT content, count(*) AS n FROM pastes WHERE content LIKE 'lost on the way %' GROUP BY content",
+        );
+        assert.deepEqual(
+          stored.map((row) => [row.content, Number(row.n)]).sort(),
+          contents.map((content) => [content, 1]),
+          'each stored once',
+        );
         // The same process, on a new connection, creates and serves.
         const made = await create('made after');
         assert.equal(made.status, 201, await made.clone().text());
-        const { data } = (await made.json()) as { data: { paste_id: string } };
-        assert.equal(await (await fetch(`${server.url}/raw/${data.paste_id}`)).text(), 'made after');
-        const stored = await queryDatabase<{ n: number }>(
-          db.url,
-          "SELECT count(*) AS n FROM pastes WHERE content = 'lost on the way'",
-        );
-        assert.equal(Number(stored[0]?.n), cut === 'after' ? 1 : 0, 'stored only when cut after its commit');
       } finally {
         await server?.stop();
         proxy.close();
@@ -519,6 +526,91 @@ describe('a backend that goes away gives fast 503s and the instance heals by its
       }
     });
   }
+
+  it('a create of a slug another paste holds, its insert cut: the second try finds a row not its own there and takes a suffixed slug', async () => {
+    const db = await freshDatabase();
+    const proxy = await postgresProxy(new URL(db.url));
+    const env = { DATABASE_URL: proxy.url, REDIS_URL: '' };
+    let server: ServerProcess | undefined;
+    try {
+      const key = await createKey(env);
+      server = await startServerProcess(env);
+      const create = (content: string) =>
+        fetch(`${server?.url}/api/v1/paste`, {
+          method: 'POST',
+          headers: { 'x-api-key': key, 'content-type': 'application/json' },
+          body: JSON.stringify({ content, slug: 'held-slug' }),
+        });
+      const first = await create('the first');
+      assert.equal(first.status, 201, await first.clone().text());
+      // The insert is a named statement already prepared on the connection: it is told by the
+      // content among its values.
+      proxy.cutAtNext('the second', 'before');
+      const second = await create('the second');
+      assert.equal(proxy.cuts(), 1, 'the insert was cut');
+      assert.equal(second.status, 201, await second.clone().text());
+      const { data } = (await second.json()) as { data: { paste_id: string } };
+      assert.notEqual(data.paste_id, 'held-slug', 'took the other paste for its own');
+      assert.match(data.paste_id, /^held-slug-/);
+      assert.equal(await (await fetch(`${server.url}/raw/held-slug`)).text(), 'the first');
+      assert.equal(await (await fetch(`${server.url}/raw/${data.paste_id}`)).text(), 'the second');
+    } finally {
+      await server?.stop();
+      proxy.close();
+      await db.drop();
+    }
+  });
+
+  it("an error PostgreSQL answered is told from a lost connection's, five-letter errno codes (EPIPE) included", async () => {
+    const client = new pg.Client({ connectionString: TEST_DB });
+    await client.connect();
+    try {
+      const refused = await client.query('SELECT 1 / 0').catch((err: unknown) => err);
+      assert.equal((refused as { code?: string }).code, '22012');
+      assert.equal(answeredByServer(refused), true);
+    } finally {
+      await client.end();
+    }
+    // What a socket lost under a write gives: a code of five characters that is no SQLSTATE.
+    const broken = Object.assign(new Error('write EPIPE'), { code: 'EPIPE', errno: -32, syscall: 'write' });
+    assert.equal(answeredByServer(broken), false);
+    assert.equal(answeredByServer(new Error('Connection terminated unexpectedly')), false);
+  });
+
+  it('a create whose connection is lost and whose second try fails too is answered 503, the process up', async () => {
+    const db = await freshDatabase();
+    const proxy = await postgresProxy(new URL(db.url));
+    const env = { DATABASE_URL: proxy.url, REDIS_URL: '' };
+    let server: ServerProcess | undefined;
+    try {
+      const key = await createKey(env);
+      server = await startServerProcess(env);
+      const create = (content: string) =>
+        fetch(`${server?.url}/api/v1/paste`, {
+          method: 'POST',
+          headers: { 'x-api-key': key, 'content-type': 'application/json' },
+          body: JSON.stringify({ content }),
+        });
+      // Both the insert and its second try (on a connection of its own, where the statement's
+      // text is sent again) are cut before they reach PostgreSQL.
+      proxy.cutAtNext('INSERT INTO pastes', 'before', 2);
+      const lost = await create('lost twice');
+      assert.equal(proxy.cuts(), 2, 'the insert and its second try were cut');
+      assert.equal(lost.status, 503, await lost.clone().text());
+      assert.equal(((await lost.json()) as { code: string }).code, 'service_unavailable');
+      const stored = await queryDatabase<{ n: number }>(
+        db.url,
+        "SELECT count(*) AS n FROM pastes WHERE content = 'lost twice'",
+      );
+      assert.equal(Number(stored[0]?.n), 0);
+      const made = await create('made after');
+      assert.equal(made.status, 201, await made.clone().text());
+    } finally {
+      await server?.stop();
+      proxy.close();
+      await db.drop();
+    }
+  });
 
   it('PostgreSQL backends terminated again and again under creates and reads: every answer 201, 200 or 503, every 201 readable, the process up', async (t) => {
     const db = await freshDatabase();

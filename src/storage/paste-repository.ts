@@ -299,6 +299,48 @@ async function insertRow(db: Kysely<Database>, paste: Paste): Promise<boolean> {
   return Number(result.numInsertedOrUpdatedRows ?? 0n) === 1;
 }
 
+/** The columns that tell a paste's row from another's under its id (ownRows): all but the content and views. */
+const OWN_ROW_COLUMNS = [
+  'id',
+  'owner_key_id',
+  'title',
+  'description',
+  'content_type',
+  'original_filename',
+  'language',
+  'file_size',
+  'sha256',
+  'created_at',
+  'expires_at',
+  'burn_after_read',
+  'encrypted',
+  'downloadable',
+  'is_public',
+  'password_hash',
+  'source',
+  'creator_ip',
+] as const satisfies ReadonlyArray<keyof PasteTable>;
+
+/** A stored value and a row's own, as equal: null and undefined alike, numbers by value. */
+function sameValue(stored: unknown, given: unknown): boolean {
+  if (stored === given) return true;
+  if (stored == null || given == null) return stored == null && given == null;
+  return typeof given === 'number' && Number(stored) === given;
+}
+
+/**
+ * Whether a failed insert on PostgreSQL is known never to have reached it: no connection was had
+ * (the pool's wait ran out, or the server refused to connect). Then there is nothing to recover.
+ */
+function neverSent(err: unknown): boolean {
+  const code = (err as { code?: unknown } | null)?.code;
+  if (code === 'ECONNREFUSED' || code === 'ENOTFOUND' || code === 'EAI_AGAIN') return true;
+  return (
+    err instanceof Error &&
+    /timeout exceeded when trying to connect|Connection terminated due to connection timeout/i.test(err.message)
+  );
+}
+
 /**
  * At most this many pastes in one grouped commit on PostgreSQL (on Kysely's multi-row insert, taken
  * when outbox rows follow, 20 parameters each, of 65,535).
@@ -644,53 +686,26 @@ export class PasteRepository {
    * One turn of commitInTurns: the batch in one transaction (one statement, GROUP_INSERT_PG, or
    * Kysely's multi-row insert and the outbox rows after it). Never throws: each caller is
    * resolved or rejected once. Returns the error when the connection was lost or timed out on
-   * the client's side (the caller's later halves are then not tried), else undefined.
+   * the client's side and the batch could not be settled (recoverLost): the caller's later
+   * halves are then not tried. Else undefined.
    */
   private async commitTogether(batch: PendingInsert[]): Promise<unknown> {
-    if (batch.length === 1) {
-      const [only] = batch as [PendingInsert];
-      try {
-        only.resolve(await this.insertAlone(only.paste, only.also));
-        return undefined;
-      } catch (err) {
-        only.reject(err);
-        return answeredByServer(err) ? undefined : err;
-      }
-    }
-    // Kysely's multi-row insert, for a batch whose outbox rows follow in its transaction.
-    const insertAll = (db: Kysely<Database>) =>
-      db
-        .insertInto('pastes')
-        .values(batch.map((item) => toRow(item.paste)))
-        .onConflict((oc) => oc.column('id').doNothing())
-        .returning('id')
-        .execute();
-    const tookTheirIds = (rows: Array<{ id: string }>) => {
-      const inserted = new Set(rows.map((row) => row.id));
-      return batch.map((item) => inserted.has(item.paste.id));
-    };
     let results: boolean[];
     try {
-      // One statement is a transaction of its own: one round trip instead of three, unless outbox
-      // rows must be written with it.
-      results = await this.sent(() =>
-        batch.some((item) => item.also)
-          ? this.db.transaction().execute(async (trx) => {
-              const flags = tookTheirIds(await insertAll(trx));
-              for (const [i, item] of batch.entries()) if (flags[i] && item.also) await item.also(trx);
-              return flags;
-            })
-          : (this.groupInsertPg
-              ? this.groupInsertPg(columnArrays(batch.map((item) => item.paste)))
-              : insertAll(this.db)
-            ).then(tookTheirIds),
-      );
+      results = await this.insertBatch(batch);
     } catch (err) {
-      // A connection lost or a client-side timeout: the batch may have been committed, and an
-      // insert tried again would find its own row and take another id. Each caller hears the error.
+      // A connection lost or a client-side timeout: the batch may have been committed or not.
       if (!answeredByServer(err)) {
+        // Only a batch of the named statement: its client is closed after the error, so the
+        // second try is on another session. Kysely's transaction (outbox rows) may hand back the
+        // client whose statement still runs, where a second BEGIN would join the first's.
+        if (!neverSent(err) && !batch.some((item) => item.also)) return this.recoverLost(batch, err);
         for (const item of batch) item.reject(err);
         return err;
+      }
+      if (batch.length === 1) {
+        (batch[0] as PendingInsert).reject(err);
+        return undefined;
       }
       // Refused as a whole (read-only, out of disk or connections, cancelled): nothing of it is
       // stored, and the same statement for fewer rows would meet the same refusal.
@@ -711,6 +726,106 @@ export class PasteRepository {
     }
     for (const [i, item] of batch.entries()) item.resolve(results[i] as boolean);
     return undefined;
+  }
+
+  /**
+   * The batch's insert: for each paste, whether it took its id. One statement is a transaction
+   * of its own (one round trip instead of three), unless outbox rows must be written with it.
+   */
+  private insertBatch(batch: PendingInsert[]): Promise<boolean[]> {
+    if (batch.length === 1) {
+      const [only] = batch as [PendingInsert];
+      return this.insertAlone(only.paste, only.also).then((took) => [took]);
+    }
+    // Kysely's multi-row insert, for a batch whose outbox rows follow in its transaction.
+    const insertAll = (db: Kysely<Database>) =>
+      db
+        .insertInto('pastes')
+        .values(batch.map((item) => toRow(item.paste)))
+        .onConflict((oc) => oc.column('id').doNothing())
+        .returning('id')
+        .execute();
+    const tookTheirIds = (rows: Array<{ id: string }>) => {
+      const inserted = new Set(rows.map((row) => row.id));
+      return batch.map((item) => inserted.has(item.paste.id));
+    };
+    return this.sent(() =>
+      batch.some((item) => item.also)
+        ? this.db.transaction().execute(async (trx) => {
+            const flags = tookTheirIds(await insertAll(trx));
+            for (const [i, item] of batch.entries()) if (flags[i] && item.also) await item.also(trx);
+            return flags;
+          })
+        : (this.groupInsertPg
+            ? this.groupInsertPg(columnArrays(batch.map((item) => item.paste)))
+            : insertAll(this.db)
+          ).then(tookTheirIds),
+    );
+  }
+
+  /**
+   * After the connection was lost or timed out under a batch's insert, the batch may have been
+   * committed, or not, or may still be committing on the server: it is sent once more, on
+   * another connection. A paste whose first insert did not commit takes its id now (its outbox
+   * rows with it). One whose first insert committed finds its id taken, and the row under it is
+   * told to be its own (ownRows); one whose first insert is still running makes the second wait
+   * on its uncommitted row, as ON CONFLICT does, and then finds it taken or free. So a create
+   * whose reply was lost is answered 201 once, with the paste it stored, instead of 503 for a
+   * paste that exists and that a client's retry would store a second time. Should the second
+   * try or the look fail too, every caller not yet settled hears the first error (503); the
+   * returned error stops the turn's later halves, as the first would have.
+   */
+  private async recoverLost(batch: PendingInsert[], lost: unknown): Promise<unknown> {
+    let inserted: boolean[];
+    try {
+      inserted = await this.insertBatch(batch);
+    } catch {
+      for (const item of batch) item.reject(lost);
+      return lost;
+    }
+    const taken = batch.filter((_, i) => !inserted[i]);
+    let own: Set<string> | null = null;
+    if (taken.length > 0) {
+      try {
+        own = await this.ownRows(taken.map((item) => item.paste));
+      } catch {
+        // What the second try stored is told; a paste found taken may be its own: 503.
+      }
+    }
+    for (const [i, item] of batch.entries()) {
+      if (inserted[i]) item.resolve(true);
+      else if (own === null) item.reject(lost);
+      else item.resolve(own.has(item.paste.id));
+    }
+    return own === null && taken.length > 0 ? lost : undefined;
+  }
+
+  /**
+   * The ids of `pastes` whose stored row is the one given: every column the same (the content by
+   * its sha256; a password's hash is salted, so a paste behind a password is told apart by it
+   * alone). A row another create stored under the same id (a slug asked for twice) differs in
+   * one of them unless both asked for the same paste, from the same address, in the same
+   * millisecond. Not told apart: a row of its own stored by the first try and deleted before the
+   * second (a slug burned or deleted by a client that guessed it): the second stores it again.
+   */
+  private async ownRows(pastes: Paste[]): Promise<Set<string>> {
+    const rows = await this.db
+      .selectFrom('pastes')
+      .select(OWN_ROW_COLUMNS)
+      .where(
+        'id',
+        'in',
+        pastes.map((paste) => paste.id),
+      )
+      .execute();
+    const given = new Map(pastes.map((paste) => [paste.id, toRow(paste)]));
+    const own = new Set<string>();
+    for (const row of rows) {
+      const mine = given.get(row.id) as Record<string, unknown> | undefined;
+      const stored = row as Record<string, unknown>;
+      if (mine && OWN_ROW_COLUMNS.every((column) => sameValue(stored[column], mine[column]))) own.add(row.id);
+    }
+    return own;
   }
 
   /** The group and lone inserts (statements, or transactions with outbox rows) sent (tests). */

@@ -57,8 +57,10 @@ interface Named {
  * timeout, after which a write may or may not have been committed.
  */
 export function answeredByServer(err: unknown): boolean {
-  const code = (err as { code?: unknown } | null)?.code;
-  return typeof code === 'string' && code.length === 5;
+  const answer = err as { code?: unknown; severity?: unknown } | null;
+  // A SQLSTATE with the severity PostgreSQL's error message carries: Node's EPIPE (a lost
+  // connection) has five characters too.
+  return typeof answer?.code === 'string' && answer.code.length === 5 && typeof answer.severity === 'string';
 }
 
 /**
