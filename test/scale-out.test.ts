@@ -481,6 +481,14 @@ describe('a backend that goes away gives fast 503s and the instance heals by its
     }
   });
 
+  /** A key's JSON create on a server process. */
+  const postJson = (server: ServerProcess, key: string, body: Record<string, unknown>) =>
+    fetch(`${server.url}/api/v1/paste`, {
+      method: 'POST',
+      headers: { 'x-api-key': key, 'content-type': 'application/json' },
+      body: JSON.stringify(body),
+    });
+
   for (const cut of ['before', 'after'] as const) {
     it(`a PostgreSQL connection lost in the middle of a group of creates (${cut === 'before' ? 'before the insert reaches it' : 'after its commit, the reply lost'}): the group sent again on another connection, each create 201 with the paste stored once`, async () => {
       const db = await freshDatabase();
@@ -490,12 +498,7 @@ describe('a backend that goes away gives fast 503s and the instance heals by its
       try {
         const key = await createKey(env);
         server = await startServerProcess(env);
-        const create = (content: string) =>
-          fetch(`${server?.url}/api/v1/paste`, {
-            method: 'POST',
-            headers: { 'x-api-key': key, 'content-type': 'application/json' },
-            body: JSON.stringify({ content, title: content }),
-          });
+        const create = (content: string) => postJson(server as ServerProcess, key, { content, title: content });
         // The group's insert (a named statement, its text sent on a connection's first use).
         proxy.cutAtNext('INSERT INTO pastes', cut);
         const contents = Array.from({ length: 6 }, (_, i) => `lost on the way ${i}`);
@@ -535,12 +538,7 @@ describe('a backend that goes away gives fast 503s and the instance heals by its
     try {
       const key = await createKey(env);
       server = await startServerProcess(env);
-      const create = (content: string) =>
-        fetch(`${server?.url}/api/v1/paste`, {
-          method: 'POST',
-          headers: { 'x-api-key': key, 'content-type': 'application/json' },
-          body: JSON.stringify({ content, slug: 'held-slug' }),
-        });
+      const create = (content: string) => postJson(server as ServerProcess, key, { content, slug: 'held-slug' });
       const first = await create('the first');
       assert.equal(first.status, 201, await first.clone().text());
       // The insert is a named statement already prepared on the connection: it is told by the
@@ -585,12 +583,7 @@ describe('a backend that goes away gives fast 503s and the instance heals by its
     try {
       const key = await createKey(env);
       server = await startServerProcess(env);
-      const create = (content: string) =>
-        fetch(`${server?.url}/api/v1/paste`, {
-          method: 'POST',
-          headers: { 'x-api-key': key, 'content-type': 'application/json' },
-          body: JSON.stringify({ content }),
-        });
+      const create = (content: string) => postJson(server as ServerProcess, key, { content });
       // Both the insert and its second try (on a connection of its own, where the statement's
       // text is sent again) are cut before they reach PostgreSQL.
       proxy.cutAtNext('INSERT INTO pastes', 'before', 2);

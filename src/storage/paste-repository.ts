@@ -300,26 +300,10 @@ async function insertRow(db: Kysely<Database>, paste: Paste): Promise<boolean> {
 }
 
 /** The columns that tell a paste's row from another's under its id (ownRows): all but the content and views. */
-const OWN_ROW_COLUMNS = [
-  'id',
-  'owner_key_id',
-  'title',
-  'description',
-  'content_type',
-  'original_filename',
-  'language',
-  'file_size',
-  'sha256',
-  'created_at',
-  'expires_at',
-  'burn_after_read',
-  'encrypted',
-  'downloadable',
-  'is_public',
+const OWN_ROW_COLUMNS: ReadonlyArray<keyof PasteTable> = [
+  ...SUMMARY_COLUMNS.filter((column) => column !== 'view_count'),
   'password_hash',
-  'source',
-  'creator_ip',
-] as const satisfies ReadonlyArray<keyof PasteTable>;
+];
 
 /** A stored value and a row's own, as equal: null and undefined alike, numbers by value. */
 function sameValue(stored: unknown, given: unknown): boolean {
