@@ -65,6 +65,8 @@ describe('pages in a real browser', {
         '--disable-component-update',
         '--disable-sync',
         '--no-first-run',
+        // A name that is not localhost for the same server: a page there is not a secure context.
+        '--host-resolver-rules=MAP fastpaste.test 127.0.0.1',
       ],
     });
     server = await startServer();
@@ -199,6 +201,37 @@ describe('pages in a real browser', {
       'view.js was not loaded',
     );
     assert.deepEqual([...seen.problems, ...seen.violations], []);
+  });
+
+  it('served over plain HTTP on an address other than localhost, the page says decrypting needs a secure connection, not that the key is wrong', async () => {
+    const { id, key } = await encryptedPaste(`${token('insecure')} body`);
+    const { page, seen } = await openPage();
+    const insecure = new URL(server.url);
+    insecure.hostname = 'fastpaste.test';
+    await page.goto(`${insecure.origin}/view/${id}#${key}`);
+    assert.equal(await page.evaluate(() => window.isSecureContext), false);
+    assert.match(await settledStatus(page), /needs a secure connection/);
+    assert.equal(await page.textContent('#plaintext'), '');
+    // Chromium says it ignores Cross-Origin-Opener-Policy on an origin that is not secure.
+    const problems = seen.problems.filter(
+      (problem) => !/Cross-Origin-Opener-Policy header has been ignored/.test(problem),
+    );
+    assert.deepEqual([...problems, ...seen.violations], []);
+  });
+
+  it('without JavaScript, the page of an encrypted paste says decrypting needs it and links to the ciphertext', async () => {
+    const { id, wire } = await encryptedPaste(`${token('no-script')} body`);
+    const quiet = await browser.newContext({ javaScriptEnabled: false });
+    try {
+      const page = await quiet.newPage();
+      await page.goto(`${server.url}/view/${id}`);
+      assert.match(await page.innerText('main'), /Decrypting it needs JavaScript/);
+      const raw = await page.getAttribute('noscript a', 'href');
+      assert.ok(raw?.endsWith(`/raw/${id}`), String(raw));
+      assert.equal((await request(raw as string)).text, wire);
+    } finally {
+      await quiet.close();
+    }
   });
 
   it('a wrong key or no key shows a clear message, not the plaintext; the key form then decrypts', async () => {

@@ -13,6 +13,14 @@
   const wire = document.getElementById('ciphertext').textContent.trim();
   const language = root.dataset.language;
 
+  // Browsers give Web Crypto only to secure pages (HTTPS, or localhost): served over plain HTTP
+  // on another address, every key would be told it does not decrypt.
+  if (!window.isSecureContext || !window.crypto?.subtle) {
+    status.textContent =
+      'Decrypting needs a secure connection: this browser decrypts only on a page served over HTTPS (or from localhost).';
+    return;
+  }
+
   const fromBase64 = (text) => Uint8Array.from(atob(text), (c) => c.charCodeAt(0));
   const fromBase64Url = (text) => {
     const b64 = text.replace(/-/g, '+').replace(/_/g, '/');
