@@ -534,6 +534,24 @@ describe('burn after read (D11)', () => {
     assert.equal((await getDetail(server, key, slug)).body.data.view_count, 1);
   });
 
+  it('a read checked before a PUT put the paste behind a password burns nothing and is refused, not handed the new content', async () => {
+    const created = await createPaste(server, key, { content: 'before the change', burn: true });
+    // What a read has checked (no password) when the owner's PUT lands before its burn.
+    const checked = await server.services.pastes.peek(created.paste_id);
+    const changed = await put(server, key, created.paste_id, { password: 'now-locked', content: 'the new secret' });
+    assert.equal(changed.status, 200, changed.text);
+    const reading = { consume: true, clientAddress: () => '127.0.0.1' };
+    await assert.rejects(server.services.pastes.read(created.paste_id, 'api', reading, checked), (err: unknown) => {
+      assert.equal((err as { code?: string }).code, 'password_protected');
+      return true;
+    });
+    // Still there for the reader with the password, once.
+    const read = await getWeb(server, `/raw/${created.paste_id}`, 'now-locked');
+    assert.equal(read.status, 200, read.text);
+    assert.equal(read.text, 'the new secret');
+    await expectGone(server, key, created.paste_id);
+  });
+
   it('GET raw returns the content, then the paste is gone everywhere', async () => {
     const created = await createPaste(server, key, { content: 'raw once', burn: true });
     const res = await getApiRaw(server, key, created.paste_id);

@@ -60,6 +60,8 @@ export interface Read {
 }
 
 const ID_ATTEMPTS = 8;
+/** How many times a view-once read checks the paste again when a PUT changed it under the read. */
+const BURN_ATTEMPTS = 3;
 /**
  * How long one batch of the expiry sweep may hold the event loop (SQLite) while the server has
  * nothing else to do...
@@ -190,7 +192,7 @@ export class PasteService {
    * (one atomic delete) or a view counted. A refused read consumes nothing. `peeked`: the paste
    * as peek() just returned it, to save a second look-up.
    */
-  async read(id: string, mode: ReadMode, options: ReadOptions, peeked?: Paste): Promise<Read> {
+  async read(id: string, mode: ReadMode, options: ReadOptions, peeked?: Paste, attempt = 1): Promise<Read> {
     const paste = peeked?.id === id ? peeked : await this.peek(id);
     // The password first: without it, nothing of the paste is told (that it is encrypted, say).
     if (paste.passwordHash !== null) await this.checkPassword(paste, mode, options);
@@ -199,15 +201,19 @@ export class PasteService {
     }
     if (!options.consume) return { paste, burned: false };
     if (paste.burnAfterRead) {
-      const consumed = await this.pastes.consumeBurn(id, this.clock());
-      if (!consumed) throw notFound();
+      const consumed = await this.pastes.consumeBurn(id, this.clock(), paste);
+      if (!consumed) {
+        // Gone (another reader burned it), or changed by a PUT since it was checked (a password
+        // set, say): checked again as it now is, a few times at most under a stream of PUTs.
+        if (attempt >= BURN_ATTEMPTS) throw notFound();
+        return this.read(id, mode, options, undefined, attempt + 1);
+      }
       if (consumed.ownerKeyId) this.listing.forget(consumed.ownerKeyId);
       // The deleted row holds none of its counted views (written beside it, or still held here):
       // the paste as peeked does (PUT may make a paste read before view-once). The views held
       // for it go with it, so a paste made again under its slug starts at 0.
-      const views = consumed.createdAt === paste.createdAt ? paste.viewCount : consumed.viewCount;
       this.views.forget(id);
-      return { paste: { ...consumed, viewCount: views + 1 }, burned: true };
+      return { paste: { ...consumed, viewCount: paste.viewCount + 1 }, burned: true };
     }
     this.countView(paste);
     // peek() already counted the views not yet written; this one is added here.

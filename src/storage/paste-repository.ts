@@ -923,14 +923,25 @@ export class PasteRepository {
 
   /**
    * Burn (D11): deletes a live view-once paste and returns it, in one statement, so of any number
-   * of concurrent readers exactly one gets a row.
+   * of concurrent readers exactly one gets a row. Only the paste as the reader checked it: the
+   * same one (its creation time), behind the same password (or none), as encrypted and as
+   * downloadable. One a PUT changed since the checks is left alone (undefined): a read that
+   * checked no password must not hand out what a PUT has just put behind one.
    */
-  async consumeBurn(id: string, now: number): Promise<Paste | undefined> {
+  async consumeBurn(id: string, now: number, checked: Paste): Promise<Paste | undefined> {
     const row = await this.db
       .deleteFrom('pastes')
       .where('id', '=', id)
       .where('burn_after_read', '=', 1)
       .where(liveAt(now))
+      .where('created_at', '=', checked.createdAt)
+      .where((eb) =>
+        checked.passwordHash === null
+          ? eb('password_hash', 'is', null)
+          : eb('password_hash', '=', checked.passwordHash),
+      )
+      .where('encrypted', '=', checked.encrypted ? 1 : 0)
+      .where('downloadable', '=', checked.downloadable ? 1 : 0)
       .returningAll()
       .executeTakeFirst();
     if (!row) return undefined;
