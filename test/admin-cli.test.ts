@@ -13,7 +13,7 @@ import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { isRefusal, refusalMessage } from '../src/cli/refusals.js';
-import { isWellFormedApiKey } from '../src/keys/api-key-format.js';
+import { generateApiKey, isWellFormedApiKey } from '../src/keys/api-key-format.js';
 import { KEY_CACHE_MS } from '../src/keys/key-service.js';
 import { databaseContains, freshDatabase, onPostgres, queryDatabase } from './helpers.js';
 
@@ -325,6 +325,27 @@ describe('fastpaste command', () => {
     } finally {
       await stop(server.child);
     }
+  });
+
+  it('a limit over what the column holds is refused in one line naming it, on SQLite as on PostgreSQL; nothing is stored', async () => {
+    const run = await fastpaste(['keys', 'create', '--name', 'too-big', '--hourly', '3000000000'], env);
+    assert.equal(run.code, 1, `${run.stdout}${run.stderr}`);
+    assert.match(
+      run.stderr.trim(),
+      /^fastpaste: The hourly limit must be a whole number from 0 \(unlimited\) to 2147483647\.$/,
+    );
+    const rows = await queryDatabase(database.url, "SELECT id FROM api_keys WHERE name = 'too-big'");
+    assert.equal(rows.length, 0);
+    const most = await fastpaste(['keys', 'limits', keyId, '--monthly', '2147483647'], env);
+    assertOk(most, 'keys limits at the largest');
+  });
+
+  it('an unknown key given in full is named by its first characters only', async () => {
+    const unknown = generateApiKey();
+    const run = await fastpaste(['keys', 'deactivate', unknown], env);
+    assert.equal(run.code, 1, `${run.stdout}${run.stderr}`);
+    assert.equal(run.stderr.trim(), `fastpaste: No API key "${unknown.slice(0, 7)}…".`);
+    assert.ok(!`${run.stdout}${run.stderr}`.includes(unknown.slice(7)), 'the key was printed');
   });
 
   it('migrate says the database is up to date on its second run', async (t) => {

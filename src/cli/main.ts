@@ -149,8 +149,7 @@ keys
   .option('--json', 'print JSON')
   .action(async (idOrKey: string, options: { json?: boolean }) => {
     const { key, windows } = await withServices(async (s) => {
-      const found = await s.keys.find(idOrKey);
-      if (!found) throw new AppError('not_found', `No API key "${idOrKey}".`);
+      const found = await s.keys.get(idOrKey);
       return { key: found, windows: await s.quota.usage(keySubject(found.id), found.limits) };
     });
     if (options.json) {
@@ -199,8 +198,7 @@ keys
   .option('--json', 'print JSON')
   .action(async (idOrKey: string, options: { limit: number; json?: boolean }) => {
     const { key, deliveries, attempts } = await withServices(async (s) => {
-      const found = await s.keys.find(idOrKey);
-      if (!found) throw new AppError('not_found', `No API key "${idOrKey}".`);
+      const found = await s.keys.get(idOrKey);
       const rows = await s.webhooks.listForKey(found.id, options.limit);
       return { key: found, deliveries: rows, attempts: await s.webhooks.attemptsOf(rows.map((r) => r.id)) };
     });

@@ -41,10 +41,16 @@ function toApiKey(row: ApiKeyRow): ApiKey {
   };
 }
 
+/** The largest limit a key may have: its column is a 32-bit integer (PostgreSQL refuses more). */
+export const MAX_KEY_LIMIT = 2_147_483_647;
+
 function checkLimit(name: string, value: number | undefined): number {
   if (value === undefined) return 0;
-  if (!Number.isSafeInteger(value) || value < 0) {
-    throw new AppError('invalid_request', `The ${name} limit must be a whole number, 0 for unlimited.`);
+  if (!Number.isSafeInteger(value) || value < 0 || value > MAX_KEY_LIMIT) {
+    throw new AppError(
+      'invalid_request',
+      `The ${name} limit must be a whole number from 0 (unlimited) to ${MAX_KEY_LIMIT}.`,
+    );
   }
   return value;
 }
@@ -106,9 +112,19 @@ export class KeyService {
     return row ? toApiKey(row) : null;
   }
 
-  async setActive(idOrKey: string, active: boolean): Promise<ApiKey> {
+  /**
+   * The key by its id or by the key itself, or not_found. An unknown key is named by its first
+   * characters only: the error line goes to a terminal, a script's log or a CI job's output.
+   */
+  async get(idOrKey: string): Promise<ApiKey> {
     const found = await this.find(idOrKey);
-    if (!found) throw new AppError('not_found', `No API key "${idOrKey}".`);
+    if (found) return found;
+    const named = /^fp_.{8}/.test(idOrKey) ? `${idOrKey.slice(0, 7)}…` : idOrKey;
+    throw new AppError('not_found', `No API key "${named}".`);
+  }
+
+  async setActive(idOrKey: string, active: boolean): Promise<ApiKey> {
+    const found = await this.get(idOrKey);
     await this.keys.update(found.id, { active: active ? 1 : 0 });
     this.forget();
     return { ...found, active };
@@ -119,8 +135,7 @@ export class KeyService {
    * returned once; the URL must pass the address guard (D21).
    */
   async setWebhook(idOrKey: string, url: string | null): Promise<{ apiKey: ApiKey; secret: string | null }> {
-    const found = await this.find(idOrKey);
-    if (!found) throw new AppError('not_found', `No API key "${idOrKey}".`);
+    const found = await this.get(idOrKey);
     if (url !== null) await checkWebhookUrl(url, this.webhookGuard);
     const secret = url === null ? null : newWebhookSecret();
     await this.keys.update(found.id, { webhook_url: url, webhook_secret: secret, webhook_active: 1 });
@@ -130,8 +145,7 @@ export class KeyService {
 
   /** Sets a key's three limits (0 = unlimited); the ones not given stay as they are. */
   async setLimits(idOrKey: string, limits: { hourly?: number; daily?: number; monthly?: number }): Promise<ApiKey> {
-    const found = await this.find(idOrKey);
-    if (!found) throw new AppError('not_found', `No API key "${idOrKey}".`);
+    const found = await this.get(idOrKey);
     const next = {
       hourly: limits.hourly === undefined ? found.limits.hourly : checkLimit('hourly', limits.hourly),
       daily: limits.daily === undefined ? found.limits.daily : checkLimit('daily', limits.daily),
