@@ -1154,6 +1154,20 @@ describe('POST /api/v1/paste: multipart uploads (D17)', () => {
     );
   });
 
+  it('an upload with encrypt=1 of an fpe1 file that ends with a line break is refused saying so', async () => {
+    const { wire } = await encryptForTest('written by echo');
+    const err = expectError(
+      await upload(server, key, fileForm(`${wire}\n`, 'secret.txt', 'text/plain', { encrypt: 'on' })),
+      400,
+      'invalid_ciphertext',
+    );
+    assert.match(err.message, /ends with a line break/);
+    assert.equal(
+      (await upload(server, key, fileForm(wire, 'secret.txt', 'text/plain', { encrypt: 'on' }))).status,
+      201,
+    );
+  });
+
   it('a bad form boolean is 400 invalid_request naming it', async () => {
     const err = expectError(
       await upload(server, key, fileForm('a b c d', 'notes.txt', 'text/plain', { burn: 'maybe' })),

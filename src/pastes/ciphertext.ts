@@ -15,8 +15,18 @@ function strictBase64Length(text: string): number | null {
   return bytes.length;
 }
 
+/** A line break at the end, as a file written by a shell or an editor ends. */
+const FINAL_LINE_BREAK = /\r?\n$/;
+
 /** Why `content` is not a valid `fpe1:` string, or null when it is. */
 export function ciphertextProblem(content: string): string | null {
+  if (FINAL_LINE_BREAK.test(content) && shapeProblem(content.replace(FINAL_LINE_BREAK, '')) === null) {
+    return "it ends with a line break: send the fpe1: string alone (printf '%s', echo -n)";
+  }
+  return shapeProblem(content);
+}
+
+function shapeProblem(content: string): string | null {
   const parts = content.split(':');
   if (parts.length !== 3 || parts[0] !== 'fpe1') {
     return 'must be "fpe1:<base64 IV>:<base64 ciphertext>"';
