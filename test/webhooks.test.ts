@@ -21,11 +21,16 @@ import { join } from 'node:path';
 import { describe, it, type TestContext } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import Database from 'better-sqlite3';
+import { sql } from 'kysely';
 import { Webhook } from 'standardwebhooks';
 import { loadConfig } from '../src/config.js';
+import { openStorage } from '../src/storage/database.js';
+import { migrateToLatest } from '../src/storage/migrations.js';
+import { WebhookRepository } from '../src/storage/webhook-repository.js';
 import { refusingLookup } from '../src/webhooks/address-guard.js';
+import { DeliveryWorker } from '../src/webhooks/delivery-worker.js';
 import { MAX_ATTEMPTS, retryDelayMs } from '../src/webhooks/retry-schedule.js';
-import { encryptForTest, freePort, request, startServer, type TestServer } from './helpers.js';
+import { encryptForTest, freePort, freshDatabase, request, startServer, type TestServer } from './helpers.js';
 
 const SECOND = 1000;
 const HOUR = 3_600_000;
@@ -1012,6 +1017,94 @@ const REFUSED = [
   'ftp://example.com/',
   'file:///etc/passwd',
 ];
+
+describe('stopping the delivery worker (D21)', () => {
+  // On SQLite and on PostgreSQL: the worker over the real outbox, its claim held back by a
+  // transaction of the test's (SQLite's one connection; PostgreSQL's table lock).
+  it('a claim that comes back from a poll in flight when the worker stops is given back, not attempted', async (t) => {
+    const receiver = await startReceiver(t);
+    const database = await freshDatabase();
+    defer(t, () => database.drop());
+    const storage = openStorage(database.url);
+    defer(t, () => storage.close());
+    await migrateToLatest(storage);
+    const now = Date.now();
+    await storage.db
+      .insertInto('api_keys')
+      .values({
+        id: 'key_stop',
+        name: 'stop',
+        digest: randomBytes(32).toString('hex'),
+        active: 1,
+        hourly_limit: 0,
+        daily_limit: 0,
+        monthly_limit: 0,
+        webhook_url: receiver.url,
+        webhook_secret: `whsec_${randomBytes(24).toString('base64')}`,
+        created_at: now,
+      })
+      .execute();
+    await storage.db
+      .insertInto('webhook_deliveries')
+      .values({
+        id: 'msg_stop',
+        key_id: 'key_stop',
+        paste_id: 'pasteStop1',
+        url: receiver.url,
+        payload: '{}',
+        status: 'pending',
+        attempts: 0,
+        next_attempt_at: now - 1000,
+        locked_until: null,
+        locked_by: null,
+        last_status_code: null,
+        last_error: null,
+        created_at: now,
+        finished_at: null,
+      })
+      .execute();
+    const silent = { info() {}, warn() {}, error() {} };
+    const options = { concurrency: 2, pollMs: 60_000, timeoutMs: 2000, retryBaseMs: 50, allowPrivate: true };
+    const worker = new DeliveryWorker(new WebhookRepository(storage.db, storage.dialect), Date.now, options, silent);
+
+    let letGo = () => {};
+    const held = new Promise<void>((resolve) => {
+      letGo = resolve;
+    });
+    let holding = () => {};
+    const locked = new Promise<void>((resolve) => {
+      holding = resolve;
+    });
+    const holder = storage.db.transaction().execute(async (trx) => {
+      if (storage.dialect === 'postgres') await sql`LOCK TABLE webhook_deliveries IN EXCLUSIVE MODE`.execute(trx);
+      else await trx.selectFrom('webhook_deliveries').select('id').execute();
+      holding();
+      await held;
+    });
+    await locked;
+    worker.start();
+    await sleep(200); // the poll is waiting for the outbox
+    const stopped = worker.stop(5000);
+    await sleep(100);
+    letGo();
+    await holder;
+    await stopped;
+    await sleep(300); // an attempt started after the stop would reach the receiver by now
+
+    assert.equal(receiver.received.length, 0, 'no attempt is started by a stopped worker');
+    const [row] = await storage.db
+      .selectFrom('webhook_deliveries')
+      .select(['status', 'attempts', 'locked_by', 'locked_until'])
+      .execute();
+    assert.deepEqual(row, { status: 'pending', attempts: 0, locked_by: null, locked_until: null });
+
+    // Another worker takes it at once and delivers it.
+    const next = new DeliveryWorker(new WebhookRepository(storage.db, storage.dialect), Date.now, options, silent);
+    next.start();
+    defer(t, () => next.stop(1000));
+    await receiver.waitFor(1, 5000);
+  });
+});
 
 describe('webhook address guard (D21)', SQLITE_ONLY, () => {
   it('refuses every internal address spelling and non-http schemes when the URL is set; accepts a public literal', async (t) => {

@@ -42,6 +42,8 @@ export class DeliveryWorker {
   private lastPoll = 0;
   private polling = false;
   private pollAgain = false;
+  /** The poll under way, if one is: stop() waits for it before it looks at what is held. */
+  private pollRun: Promise<void> | null = null;
 
   constructor(
     private readonly repository: WebhookRepository,
@@ -68,14 +70,18 @@ export class DeliveryWorker {
   }
 
   /**
-   * Stops claiming, waits (a bounded time) for the attempts in flight, then gives back every
-   * claim this worker still holds so another instance can take them at once.
+   * Stops claiming, waits for a poll under way (its claims come back after this was called, and
+   * are not attempted), waits (a bounded time) for the attempts in flight, then gives back every
+   * claim this worker still holds so another instance can take them at once. Before, a claim
+   * that came back from a poll in flight was held by a stopped worker until its lease ran out.
    */
   async stop(graceMs = this.options.timeoutMs + 1000): Promise<void> {
     this.running = false;
     if (this.timer) clearTimeout(this.timer);
     this.timer = null;
-    await Promise.race([Promise.allSettled([...this.inFlight]), new Promise((r) => setTimeout(r, graceMs).unref())]);
+    const grace = new Promise((r) => setTimeout(r, graceMs).unref());
+    if (this.pollRun) await Promise.race([this.pollRun, grace]);
+    await Promise.race([Promise.allSettled([...this.inFlight]), grace]);
     // Nothing to give back when every claim was settled (a storage that takes no writes would
     // refuse even an update of no rows).
     if (this.claimsHeld === 0) return;
@@ -86,15 +92,21 @@ export class DeliveryWorker {
   private schedule(delayMs: number): void {
     if (!this.running) return;
     if (this.timer) clearTimeout(this.timer);
-    this.timer = setTimeout(() => void this.poll(), delayMs);
+    this.timer = setTimeout(() => this.poll(), delayMs);
     this.timer.unref();
   }
 
-  private async poll(): Promise<void> {
+  private poll(): void {
     if (this.polling) {
       this.pollAgain = true;
       return;
     }
+    this.pollRun = this.pollOnce().finally(() => {
+      this.pollRun = null;
+    });
+  }
+
+  private async pollOnce(): Promise<void> {
     this.polling = true;
     this.wakePending = false;
     this.lastPoll = Date.now();
@@ -106,6 +118,8 @@ export class DeliveryWorker {
         const now = this.clock();
         const claimed = await this.repository.claimDue(now, room, this.id, now + this.options.timeoutMs + 15_000);
         this.claimsHeld += claimed.length;
+        // Claimed as the worker was being stopped: given back by stop(), not attempted now.
+        if (!this.running) break;
         for (const delivery of claimed) this.track(this.attempt(delivery));
         if (claimed.length === room) this.pollAgain = true;
       } while (this.pollAgain && this.running);
