@@ -320,17 +320,20 @@ export class PasteService {
       changes.sha256 = sha256Hex(input.content);
       changes.encrypted = input.encrypt ?? false;
       if (!changes.encrypted) changes.downloadable = true;
-      // A paste made E2E by its new content is as one created so: not downloadable unless asked.
-      else if (!current.encrypted) changes.downloadable = false;
+      else if (input.downloadable !== undefined) changes.downloadable = input.downloadable;
+      // A paste made E2E by its new content is as one created so: not downloadable unless asked;
+      // one already E2E keeps its own. Which it is, the row says when it is updated: another PUT
+      // may make it plain after this one read it (see DownloadableByRow).
+      else changes.downloadableByRow = { ifEncrypted: null, ifPlain: false };
+    } else if (input.downloadable !== undefined && current.encrypted) {
+      // Only an E2E paste's is changed: a plain paste is always downloadable.
+      changes.downloadableByRow = { ifEncrypted: input.downloadable, ifPlain: null };
     }
     if (input.title !== undefined) changes.title = input.title;
     if (input.description !== undefined) changes.description = input.description;
     if (input.language !== undefined) changes.language = input.language;
     if (input.expiry !== undefined) changes.expiresAt = expiresAt(input.expiry, now);
     if (input.burn !== undefined) changes.burnAfterRead = input.burn;
-    if (input.downloadable !== undefined && (changes.encrypted ?? current.encrypted)) {
-      changes.downloadable = input.downloadable;
-    }
     if (input.password !== undefined) {
       changes.passwordHash = input.password === null ? null : await hashPassword(input.password);
     }

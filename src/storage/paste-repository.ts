@@ -85,7 +85,18 @@ export type PasteChanges = Partial<
     | 'downloadable'
     | 'passwordHash'
   >
->;
+> & { downloadableByRow?: DownloadableByRow };
+
+/**
+ * `downloadable` decided by the row as the update finds it rather than as it was read before it:
+ * a PUT derives it from whether the paste is encrypted, and a concurrent PUT may change that in
+ * between (the update's own `encrypted` is not looked at: SQL reads the row as it was). For a row
+ * encrypted, and for one plain, the value to store; null keeps the row's own.
+ */
+export interface DownloadableByRow {
+  ifEncrypted: boolean | null;
+  ifPlain: boolean | null;
+}
 
 /** A place in an owner's list, newest first: the entry with this creation time and id. */
 export interface ListPosition {
@@ -998,9 +1009,22 @@ export class PasteRepository {
   /** Applies the changes to a live paste of that owner; returns it as it now is. */
   async updateOwned(id: string, ownerKeyId: string, now: number, changes: PasteChanges): Promise<Paste | undefined> {
     const set = changesToColumns(changes);
+    const byRow = changes.downloadableByRow;
     const row = await this.db
       .updateTable('pastes')
-      .set(set)
+      .set((eb) => {
+        if (!byRow) return set;
+        const stored = (value: boolean | null) => (value === null ? eb.ref('downloadable') : eb.lit(flag(value)));
+        return {
+          ...set,
+          downloadable: eb
+            .case()
+            .when('encrypted', '=', 1)
+            .then(stored(byRow.ifEncrypted))
+            .else(stored(byRow.ifPlain))
+            .end(),
+        };
+      })
       .where('id', '=', id)
       .where('owner_key_id', '=', ownerKeyId)
       .where(liveAt(now))
