@@ -234,6 +234,33 @@ describe('pages in a real browser', {
     }
   });
 
+  it('a view-once E2E paste burned where this browser cannot decrypt shows its ciphertext, its last copy', async () => {
+    // Without JavaScript: the gate's form still burns it; the page shows the ciphertext.
+    const first = await encryptedPaste(`${token('burned-no-script')} body`, { burn: true });
+    const quiet = await browser.newContext({ javaScriptEnabled: false });
+    try {
+      const page = await quiet.newPage();
+      await page.goto(`${server.url}/view/${first.id}`);
+      await Promise.all([page.waitForNavigation(), page.getByRole('button', { name: 'Show and delete' }).click()]);
+      assert.equal(await rowCount(first.id), 0);
+      assert.match(await page.innerText('main'), /Its ciphertext, deleted from the server, is below/);
+      assert.equal((await page.innerText('noscript pre.ciphertext, pre.ciphertext')).trim(), first.wire);
+    } finally {
+      await quiet.close();
+    }
+    // Over plain HTTP on an address other than localhost (no Web Crypto): the same.
+    const second = await encryptedPaste(`${token('burned-insecure')} body`, { burn: true });
+    const { page } = await openPage();
+    const insecure = new URL(server.url);
+    insecure.hostname = 'fastpaste.test';
+    await page.goto(`${insecure.origin}/view/${second.id}#${second.key}`);
+    await Promise.all([page.waitForNavigation(), page.getByRole('button', { name: 'Show and delete' }).click()]);
+    assert.equal(await rowCount(second.id), 0);
+    assert.match(await settledStatus(page), /needs a secure connection.*Its ciphertext is below/);
+    assert.equal(await page.isVisible('#ciphertext'), true);
+    assert.equal((await page.innerText('#ciphertext')).trim(), second.wire);
+  });
+
   it('a wrong key or no key shows a clear message, not the plaintext; the key form then decrypts', async () => {
     const secretWord = token('wrong-key');
     const { id, key } = await encryptedPaste(`${secretWord} body`);

@@ -121,7 +121,12 @@ export function pastePageParts(
 <p class="notice" id="e2e-status">This paste is encrypted end to end. Decrypting in your browser with the key from the link&hellip;</p>
 <noscript><p class="notice">Decrypting it needs JavaScript, which this browser does not run here.${
         linkParts.length > 0 ? ` Its ciphertext is at <a href="${escapeHtml(links.rawUrl)}">raw</a>.` : ''
-      }</p></noscript>
+      }${
+        // A burned paste has no /raw left: its ciphertext is shown, to decrypt elsewhere.
+        options.burned
+          ? ` Its ciphertext, deleted from the server, is below: copy it with the key to decrypt it elsewhere.</p><pre class="ciphertext">${escapeHtml(paste.content)}</pre>`
+          : '</p>'
+      }</noscript>
 <form id="e2e-key-form" hidden><label>Key <input id="e2e-key" autocomplete="off"></label> <button>Decrypt</button></form>
 <pre id="ciphertext" hidden>${escapeHtml(paste.content)}</pre>
 <pre><code id="plaintext"></code></pre>

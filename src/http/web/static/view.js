@@ -15,9 +15,11 @@
 
   // Browsers give Web Crypto only to secure pages (HTTPS, or localhost): served over plain HTTP
   // on another address, every key would be told it does not decrypt.
+  // The ciphertext is shown then, to decrypt elsewhere: a view-once paste's page is its last copy.
   if (!window.isSecureContext || !window.crypto?.subtle) {
     status.textContent =
-      'Decrypting needs a secure connection: this browser decrypts only on a page served over HTTPS (or from localhost).';
+      'Decrypting needs a secure connection: this browser decrypts only on a page served over HTTPS (or from localhost). Its ciphertext is below: copy it with the key to decrypt it elsewhere.';
+    document.getElementById('ciphertext').hidden = false;
     return;
   }
 
