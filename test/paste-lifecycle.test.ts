@@ -1112,6 +1112,23 @@ describe('DELETE /api/v1/paste/{id}', () => {
     assert.ok(!(await listedIds(server, owner)).includes(created.paste_id));
   });
 
+  it('a client that sends a Content-Type on every request (JSON, text, form) deletes with no body all the same', async () => {
+    for (const type of [
+      'application/json',
+      'application/json; charset=utf-8',
+      'text/plain',
+      'application/x-www-form-urlencoded',
+    ]) {
+      const created = await createPaste(server, owner);
+      const res = await request(`${server.url}/api/v1/paste/${created.paste_id}`, {
+        method: 'DELETE',
+        headers: { 'x-api-key': owner, 'content-type': type },
+      });
+      assert.equal(res.status, 200, `${type}: ${res.text}`);
+      await expectGone(server, owner, created.paste_id);
+    }
+  });
+
   it('another key gets 403 forbidden and the paste remains', async () => {
     const created = await createPaste(server, owner, { content: 'not yours' });
     expectError(await del(server, other, created.paste_id), 403, 'forbidden');
