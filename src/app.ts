@@ -233,7 +233,6 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   askForBodiesWhenAdmitted(app);
   answerLaneReadFailures(app);
   parseJson = await registerBodyParsers(app);
-  const presenter = services.presenter;
   await registerPasteRoutes(app, apiDeps);
   await registerCliRoutes(app, {
     ...apiDeps,
@@ -241,7 +240,12 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     anonHourlyLimit: config.anonHourlyLimit,
     contentChecker: services.contentChecker,
   });
-  await registerWebRoutes(app, { pastes: services.pastes, presenter });
+  await registerWebRoutes(app, {
+    ...apiDeps,
+    anonymousAllowed: config.anonymousCli,
+    anonHourlyLimit: config.anonHourlyLimit,
+    contentChecker: services.contentChecker,
+  });
 
   app.get('/healthz', async () => ({ error: false, data: { status: 'ok' } }));
   // Ready when every backend answers; a load balancer takes the instance out while one does not.

@@ -261,6 +261,58 @@ describe('pages in a real browser', {
     assert.equal((await page.innerText('#ciphertext')).trim(), second.wire);
   });
 
+  it('the home page form encrypts in the browser: only the ciphertext is sent, and the page it leads to decrypts', async () => {
+    const secretWord = token('created-e2e');
+    const plaintext = `${secretWord}\n<i>not italic</i> & \u00fcn\u00efcode \u2713\n`;
+    const since = received.length;
+    const { page, seen } = await openPage();
+    await page.goto(`${server.url}/`);
+    assert.equal(await page.isVisible('#e2e-option'), true, 'the option is offered on a secure page');
+    await page.fill('#content', plaintext);
+    await page.fill('input[name="title"]', 'made in a browser');
+    await page.check('#encrypt');
+    await Promise.all([page.waitForURL(/\/view\/[A-Za-z0-9]{10}#/), page.click('button[type="submit"]')]);
+    const address = new URL(page.url());
+    const id = address.pathname.slice('/view/'.length);
+    const key = address.hash.slice(1);
+    assert.match(key, /^[A-Za-z0-9_-]{43}$/, 'a 256-bit key, base64url');
+    assert.equal(await decrypted(page), plaintext);
+    assert.equal(await page.textContent('h1'), 'made in a browser');
+    const [row] = await server.sql<{ content: string; encrypted: number; source: string }>(
+      `SELECT content, encrypted, source FROM pastes WHERE id = ${sqlText(id)}`,
+    );
+    assert.match(row?.content ?? '', /^fpe1:[A-Za-z0-9+/=]+:[A-Za-z0-9+/=]+$/);
+    assert.equal(Number(row?.encrypted), 1);
+    assert.equal(row?.source, 'web');
+    await assertNeverSent(seen, since, key);
+    for (const req of await Promise.all(seen.requests)) {
+      assert.ok(!(req.body ?? '').includes(secretWord), `the plaintext was sent to ${req.url}`);
+    }
+    assert.deepEqual([...seen.problems, ...seen.violations], []);
+  });
+
+  it('the home page form without JavaScript, or where it cannot encrypt, posts the text and shows its page', async () => {
+    const quiet = await browser.newContext({ javaScriptEnabled: false });
+    try {
+      const page = await quiet.newPage();
+      await page.goto(`${server.url}/`);
+      assert.equal(await page.isVisible('#e2e-option'), false);
+      const text = `${token('created-plain')} <b>as text</b>`;
+      await page.fill('#content', text);
+      await Promise.all([page.waitForURL(/\/view\/[A-Za-z0-9]{10}$/), page.click('button[type="submit"]')]);
+      assert.ok((await page.innerText('pre')).includes(text));
+    } finally {
+      await quiet.close();
+    }
+    // Plain HTTP on an address other than localhost: no Web Crypto, so no option to encrypt.
+    const { page } = await openPage();
+    const insecure = new URL(server.url);
+    insecure.hostname = 'fastpaste.test';
+    await page.goto(`${insecure.origin}/`);
+    await page.waitForLoadState('load');
+    assert.equal(await page.isVisible('#e2e-option'), false);
+  });
+
   it('a wrong key or no key shows a clear message, not the plaintext; the key form then decrypts', async () => {
     const secretWord = token('wrong-key');
     const { id, key } = await encryptedPaste(`${secretWord} body`);

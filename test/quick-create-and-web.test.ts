@@ -1180,3 +1180,132 @@ describe('/archive and /sitemap.xml (D22)', () => {
     for (const id of unlisted) assert.ok(!sitemap.text.includes(id), `${id} is in the sitemap`);
   });
 });
+
+describe('the home page form (POST /; D10 source web)', () => {
+  let server: TestServer;
+  before(async () => {
+    server = await startServer({ env: { ...ENV, ANON_HOURLY_LIMIT: '8' } });
+  });
+  after(() => server.close());
+
+  const post = (fields: Record<string, string>, accept = 'text/html') =>
+    fetch(`${server.url}/`, {
+      method: 'POST',
+      headers: { accept, 'content-type': 'application/x-www-form-urlencoded' },
+      body: new URLSearchParams(fields).toString(),
+      redirect: 'manual',
+    });
+  const stored = async (id: string) =>
+    (
+      await server.sql<Record<string, unknown>>(
+        `SELECT content, title, language, content_type, source, owner_key_id, burn_after_read, encrypted, password_hash, expires_at, created_at FROM pastes WHERE id = ${sqlText(id)}`,
+      )
+    )[0];
+
+  it('the home page holds the form, which posts to / and loads create.js', async () => {
+    const home = await request(`${server.url}/`);
+    assert.equal(home.status, 200);
+    assert.match(home.text, /<form id="create-form" method="post" action="\/">/);
+    assert.match(home.text, /<textarea id="content" name="content"/);
+    assert.match(home.text, /<option value="1d" selected>1d<\/option>/);
+    assert.match(home.text, /<script src="\/static\/create.js"><\/script>/);
+    const script = await request(`${server.url}/static/create.js`);
+    assert.equal(script.status, 200);
+    assert.match(script.headers.get('content-type') ?? '', /^text\/javascript/);
+  });
+
+  it('a browser post creates a text paste with source web and is sent to its page (303); blanks are not given', async () => {
+    const text = 'from the browser: ünïcode ✓ <b>&</b>\n';
+    const res = await post({ content: text, title: '', language: 'python', expiry: '1h', password: '' });
+    assert.equal(res.status, 303, await res.text());
+    const location = res.headers.get('location') ?? '';
+    const match = /^\/view\/([A-Za-z0-9]{10})$/.exec(location);
+    assert.ok(match, location);
+    const id = match[1] as string;
+    const row = await stored(id);
+    assert.equal(row?.content, text);
+    assert.equal(row?.title, null);
+    assert.equal(row?.language, 'python');
+    assert.equal(row?.content_type, 'text');
+    assert.equal(row?.source, 'web');
+    assert.equal(row?.owner_key_id, null);
+    assert.equal(row?.password_hash, null);
+    assert.equal(Number(row?.expires_at) - Number(row?.created_at), 3_600_000);
+    const page = await request(`${server.url}${location}`);
+    assert.equal(page.status, 200);
+    assert.ok(page.text.includes('ünïcode'));
+  });
+
+  it('asked for JSON (create.js), it answers the create envelope; an E2E paste stores only the ciphertext', async () => {
+    const { wire } = await encryptForTest('secret from the browser');
+    const res = await post({ content: wire, encrypt: 'true', burn: 'true', expiry: '10m' }, 'application/json');
+    assert.equal(res.status, 201);
+    const body = (await res.json()) as { error: boolean; message: string; data: Record<string, unknown> };
+    assert.equal(body.error, false);
+    assert.equal(body.message, 'Paste created.');
+    const id = body.data.paste_id as string;
+    assert.equal(body.data.url, `${BASE}/view/${id}`);
+    assert.equal(body.data.encrypted, true);
+    const row = await stored(id);
+    assert.equal(row?.content, wire);
+    assert.equal(Number(row?.encrypted), 1);
+    assert.equal(Number(row?.burn_after_read), 1);
+    assert.equal(row?.source, 'web');
+  });
+
+  it('refuses what a create refuses, with a page for a browser and the envelope for a script', async () => {
+    const unknown = await post({ content: 'x', slug: 'mine' }, 'application/json');
+    assert.equal(unknown.status, 400);
+    const envelope = (await unknown.json()) as { code: string; details: Array<{ field: string }> };
+    assert.equal(envelope.code, 'invalid_request');
+    assert.ok(envelope.details.some((d) => d.field === 'slug'));
+    const page = await post({ content: '' });
+    assert.equal(page.status, 400);
+    assert.match(page.headers.get('content-type') ?? '', /^text\/html/);
+    const notCiphertext = await post({ content: 'plain', encrypt: 'true' }, 'application/json');
+    assert.equal(notCiphertext.status, 400);
+    assert.equal(((await notCiphertext.json()) as { code: string }).code, 'invalid_ciphertext');
+  });
+
+  it('is anonymous use: counted per client address with quick-create, and its text checked', async () => {
+    // Eight an hour here; five used above (the refusals counted too, as quick-create counts them).
+    const spam = Array.from({ length: 10 }, (_, i) => `https://spam${i}.example.com/offer?id=${i}`).join('\n');
+    const rejected = await post({ content: spam }, 'application/json');
+    assert.equal(rejected.status, 400);
+    assert.equal(((await rejected.json()) as { code: string }).code, 'content_rejected');
+    let last: Response | undefined;
+    for (let i = 0; i < 6; i++) {
+      last = await post({ content: `one more ${i}` }, 'application/json');
+      if (last.status === 429) break;
+    }
+    assert.equal(last?.status, 429);
+    assert.equal(((await last?.json()) as { code: string }).code, 'rate_limited');
+    // The same budget as quick-create's.
+    const cli = await request(`${server.url}/api/v1/cli`, {
+      method: 'POST',
+      headers: { 'content-type': 'text/plain' },
+      body: 'over the budget',
+    });
+    assert.equal(cli.status, 429);
+  });
+});
+
+describe('the home page with ANONYMOUS_CLI=false', () => {
+  let server: TestServer;
+  before(async () => {
+    server = await startServer({ env: { ...ENV, ANONYMOUS_CLI: 'false' } });
+  });
+  after(() => server.close());
+
+  it('offers no form, and a keyless post is 401', async () => {
+    const home = await request(`${server.url}/`);
+    assert.doesNotMatch(home.text, /create-form/);
+    assert.match(home.text, /needs an API key/);
+    const res = await fetch(`${server.url}/`, {
+      method: 'POST',
+      headers: { accept: 'application/json', 'content-type': 'application/x-www-form-urlencoded' },
+      body: 'content=hello',
+    });
+    assert.equal(res.status, 401);
+  });
+});

@@ -10,12 +10,12 @@ import { EXPIRY_VALUES } from '../../pastes/expiry.js';
 import { MAX_TEXT_BYTES, parseCreateInput, parseFormBoolean, tooLarge } from '../../pastes/paste-input.js';
 import { decodeTextFile } from '../../pastes/uploads.js';
 import { declaredLengthGuard, readMultipartForm, UrlEncodedBody } from '../request-bodies.js';
-import { optionalApiKey } from './authentication.js';
+import { type AccessDeps, optionalApiKey } from './authentication.js';
 import { type ApiDeps, announcedLength, createdMessage } from './paste-routes.js';
 
 const CONTENT_FIELDS = new Set(['content', 'paste', 'f:1']);
 const PARAMETERS = new Set(['expiry', 'title', 'lang', 'burn', 'json']);
-/** An urlencoded 4 MB paste may triple in size on the wire. */
+/** An urlencoded 4 MB paste may triple in size on the wire (the home page's form too). */
 const FORM_BODY_LIMIT = 3 * MAX_TEXT_BYTES + 64 * 1024;
 
 function wantsJson(request: FastifyRequest, params: Record<string, string>): boolean {
@@ -112,48 +112,53 @@ function usage(baseUrl: string): string {
   ].join('\n');
 }
 
+/**
+ * What a create open to anonymous use runs before its body (quick-create, and the home page's
+ * form): a declared length past the form's limit refused before it is read, then the key if one
+ * is sent, else the client address's anonymous budget.
+ */
+export function anonymousCreateOptions(deps: AccessDeps & { anonymousAllowed: boolean; anonHourlyLimit: number }) {
+  return {
+    onRequest: [
+      declaredLengthGuard(() => ({ limit: FORM_BODY_LIMIT, error: () => tooLarge(MAX_TEXT_BYTES) })),
+      optionalApiKey(deps),
+    ],
+    bodyLimit: FORM_BODY_LIMIT,
+  };
+}
+
 export async function registerCliRoutes(
   app: FastifyInstance,
   deps: ApiDeps & { anonymousAllowed: boolean; anonHourlyLimit: number; contentChecker: ContentChecker },
 ): Promise<void> {
   const { pastes, presenter } = deps;
 
-  app.post(
-    '/api/v1/cli',
-    {
-      onRequest: [
-        declaredLengthGuard(() => ({ limit: FORM_BODY_LIMIT, error: () => tooLarge(MAX_TEXT_BYTES) })),
-        optionalApiKey(deps),
-      ],
-      bodyLimit: FORM_BODY_LIMIT,
-    },
-    async (request, reply) => {
-      const anonymous = request.apiKey === null;
-      const { content, params } = await readQuickCreate(request, anonymous);
-      if (anonymous && content !== undefined) deps.contentChecker.check(content);
-      const json = wantsJson(request, params);
-      const fields: Record<string, unknown> = { content };
-      if (params.expiry !== undefined) fields.expiry = params.expiry;
-      if (params.title !== undefined) fields.title = params.title;
-      if (params.lang !== undefined) fields.language = params.lang;
-      if (params.burn !== undefined) fields.burn = params.burn;
-      const input = parseCreateInput(fields, 'form');
-      const created = await pastes.create(input, {
-        owner: request.apiKey,
-        source: 'cli',
-        ip: request.ip,
+  app.post('/api/v1/cli', anonymousCreateOptions(deps), async (request, reply) => {
+    const anonymous = request.apiKey === null;
+    const { content, params } = await readQuickCreate(request, anonymous);
+    if (anonymous && content !== undefined) deps.contentChecker.check(content);
+    const json = wantsJson(request, params);
+    const fields: Record<string, unknown> = { content };
+    if (params.expiry !== undefined) fields.expiry = params.expiry;
+    if (params.title !== undefined) fields.title = params.title;
+    if (params.lang !== undefined) fields.language = params.lang;
+    if (params.burn !== undefined) fields.burn = params.burn;
+    const input = parseCreateInput(fields, 'form');
+    const created = await pastes.create(input, {
+      owner: request.apiKey,
+      source: 'cli',
+      ip: request.ip,
+    });
+    reply.code(201);
+    if (json) {
+      return reply.send({
+        error: false,
+        message: createdMessage(created.paste.id, undefined, false),
+        data: presenter.created(created.paste, input),
       });
-      reply.code(201);
-      if (json) {
-        return reply.send({
-          error: false,
-          message: createdMessage(created.paste.id, undefined, false),
-          data: presenter.created(created.paste, input),
-        });
-      }
-      return reply.type('text/plain; charset=utf-8').send(`${presenter.viewUrl(created.paste.id)}\n`);
-    },
-  );
+    }
+    return reply.type('text/plain; charset=utf-8').send(`${presenter.viewUrl(created.paste.id)}\n`);
+  });
 
   app.get('/api/v1/cli', async (request, reply: FastifyReply) => {
     // A parameter given twice arrives as an array.

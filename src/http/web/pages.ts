@@ -45,10 +45,37 @@ export function errorPage(status: number, message: string): string {
   return layout(`Error ${status}`, `<h1>${status}</h1><p class="error">${escapeHtml(message)}</p>`);
 }
 
-export function homePage(baseUrl: string): string {
+/**
+ * The home page: the form that creates a paste from the browser (POST /, web-routes.ts), when
+ * anonymous creation is allowed, and the line that creates one from a terminal. create.js offers
+ * "Encrypt in this browser" where the browser can (a secure page); without it the form posts the
+ * text as it is.
+ */
+export function homePage(baseUrl: string, options: { canCreate: boolean; expiries: readonly string[] }): string {
+  const expiry = options.expiries
+    .map(
+      (value) =>
+        `<option value="${escapeHtml(value)}"${value === '1d' ? ' selected' : ''}>${escapeHtml(value)}</option>`,
+    )
+    .join('');
+  const form = options.canCreate
+    ? `<form id="create-form" method="post" action="/">
+<p><label for="content">Text or code</label><br><textarea id="content" name="content" rows="16" required></textarea></p>
+<p class="fields"><label>Title <input name="title" maxlength="200"></label>
+<label>Language <input name="language" maxlength="40" placeholder="detected" autocomplete="off"></label>
+<label>Expires after <select name="expiry">${expiry}</select></label></p>
+<p class="fields"><label>Password <input type="password" name="password" autocomplete="new-password"></label>
+<label><input type="checkbox" name="burn" value="true"> View once</label>
+<label><input type="checkbox" name="public" value="true"> List in the archive</label>
+<span id="e2e-option" hidden><label><input type="checkbox" id="encrypt" name="encrypt" value="true"> Encrypt in this browser (the key stays in the link)</label></span></p>
+<p><button type="submit">Create paste</button> <span id="create-status" class="notice" role="status"></span></p>
+</form>
+<script src="/static/create.js"></script>`
+    : '<p>Creating pastes here needs an API key: see the API.</p>';
   return layout(
     'Paste text and code',
     `<h1>fastpaste</h1>
+${form}
 <p>Paste from a terminal:</p>
 <pre>echo 'hello world' | curl --data-binary @- ${escapeHtml(baseUrl)}/api/v1/cli</pre>
 <p>More: <a href="/api/v1/cli">quick-create usage</a>${SEP}<a href="/archive">public archive</a></p>`,

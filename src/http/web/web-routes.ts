@@ -7,18 +7,51 @@ import { isUtf8 } from 'node:buffer';
 import { readFileSync } from 'node:fs';
 import { create as contentDisposition } from 'content-disposition';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { AppError, invalidRequest } from '../../errors.js';
+import { AppError, type FieldProblem, invalidRequest } from '../../errors.js';
+import type { ContentChecker } from '../../pastes/content-check.js';
+import { EXPIRY_VALUES } from '../../pastes/expiry.js';
+import { parseCreateInput } from '../../pastes/paste-input.js';
 import type { PastePresenter } from '../../pastes/paste-presenter.js';
 import type { PasteService, Read } from '../../pastes/paste-service.js';
-import { pasteIdParam, readOptions, sendText } from '../api/paste-routes.js';
+import type { AccessDeps } from '../api/authentication.js';
+import { anonymousCreateOptions } from '../api/cli-routes.js';
+import { createdMessage, pasteIdParam, readOptions, sendText } from '../api/paste-routes.js';
 import { UrlEncodedBody } from '../request-bodies.js';
 import { BROWSER_HIGHLIGHTER, browserHighlighter } from './browser-highlighter.js';
 import { highlight } from './highlight.js';
 import { archivePage, gatePage, homePage, pastePageParts, sitemapXml } from './pages.js';
 
-export interface WebDeps {
+export interface WebDeps extends AccessDeps {
   pastes: PasteService;
   presenter: PastePresenter;
+  /** Anonymous creation (ANONYMOUS_CLI), as quick-create's: per client address, its text checked. */
+  anonymousAllowed: boolean;
+  anonHourlyLimit: number;
+  contentChecker: ContentChecker;
+}
+
+/** The home page form's fields (pages.ts homePage); any other is refused, as D8 says. */
+const CREATE_FORM_FIELDS = new Set(['content', 'title', 'language', 'expiry', 'burn', 'password', 'public', 'encrypt']);
+/** Fields a form sends empty when left blank: blank is not given. */
+const BLANK_IS_ABSENT = new Set(['title', 'language', 'password']);
+
+/**
+ * The create fields of the home page's form: each known field once, UTF-8, blanks left out. The
+ * rules of a create are parseCreateInput's, as for every other entry point.
+ */
+function createFormFields(body: unknown): Record<string, string> {
+  if (!(body instanceof UrlEncodedBody)) {
+    throw invalidRequest([{ field: 'content', message: 'is required (a form, application/x-www-form-urlencoded)' }]);
+  }
+  const problems: FieldProblem[] = [...body.notUtf8].map((field) => ({ field, message: 'is not UTF-8 text' }));
+  const fields: Record<string, string> = {};
+  for (const [name, value] of Object.entries(body.fields)) {
+    if (!CREATE_FORM_FIELDS.has(name)) problems.push({ field: name, message: 'is not a known field' });
+    else if (typeof value !== 'string') problems.push({ field: name, message: 'is given more than once' });
+    else if (!(value === '' && BLANK_IS_ABSENT.has(name))) fields[name] = value;
+  }
+  if (problems.length > 0) throw invalidRequest(problems);
+  return fields;
 }
 
 const ARCHIVE_PAGE_SIZE = 50;
@@ -34,6 +67,7 @@ const staticFile = (name: string, type: string) =>
 const STATIC_FILES = new Map([
   staticFile('view.js', JAVASCRIPT),
   staticFile('gate.js', JAVASCRIPT),
+  staticFile('create.js', JAVASCRIPT),
   staticFile('style.css', 'text/css; charset=utf-8'),
 ]);
 
@@ -98,7 +132,29 @@ export async function registerWebRoutes(app: FastifyInstance, deps: WebDeps): Pr
       ),
     );
 
-  app.get('/', async (_request, reply) => sendPage(reply, homePage(presenter.baseUrl)));
+  const home = homePage(presenter.baseUrl, { canCreate: deps.anonymousAllowed, expiries: EXPIRY_VALUES });
+  app.get('/', async (_request, reply) => sendPage(reply, home));
+
+  // A paste from the home page's form (D10: content_type text, source web). A browser's post is
+  // answered with 303 to the paste's page; create.js, which sends an E2E paste's ciphertext,
+  // asks for the create's JSON (Accept: application/json) and adds the key to the address.
+  app.post('/', anonymousCreateOptions(deps), async (request, reply) => {
+    const input = parseCreateInput(createFormFields(request.body), 'form');
+    // An E2E paste's text cannot be checked: the server has only its ciphertext.
+    if (request.apiKey === null && !input.encrypt) deps.contentChecker.check(input.content);
+    const created = await pastes.create(input, { owner: request.apiKey, source: 'web', ip: request.ip });
+    if ((request.headers.accept ?? '').includes('application/json')) {
+      return reply.code(201).send({
+        error: false,
+        message: createdMessage(created.paste.id, undefined, false),
+        data: presenter.created(created.paste, input),
+      });
+    }
+    return reply
+      .code(303)
+      .header('location', `/view/${encodeURIComponent(created.paste.id)}`)
+      .send();
+  });
 
   app.route({
     method: ['GET', 'HEAD'],
