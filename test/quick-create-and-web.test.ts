@@ -1236,6 +1236,15 @@ describe('the home page form (POST /; D10 source web)', () => {
     assert.ok(page.text.includes('ünïcode'));
   });
 
+  it("a browser's CRLF line breaks are stored as the LFs of the text it showed", async () => {
+    const res = await post({ content: 'one\r\ntwo\r\n\r\nfour\r\n', title: 'line breaks' });
+    assert.equal(res.status, 303, await res.text());
+    const id = (res.headers.get('location') ?? '').slice('/view/'.length);
+    const row = await stored(id);
+    assert.equal(row?.content, 'one\ntwo\n\nfour\n');
+    assert.equal(row?.title, 'line breaks');
+  });
+
   it('asked for JSON (create.js), it answers the create envelope; an E2E paste stores only the ciphertext', async () => {
     const { wire } = await encryptForTest('secret from the browser');
     const res = await post({ content: wire, encrypt: 'true', burn: 'true', expiry: '10m' }, 'application/json');

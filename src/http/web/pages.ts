@@ -67,7 +67,7 @@ export function homePage(baseUrl: string, options: { canCreate: boolean; expirie
 <p class="fields"><label>Password <input type="password" name="password" autocomplete="new-password"></label>
 <label><input type="checkbox" name="burn" value="true"> View once</label>
 <label><input type="checkbox" name="public" value="true"> List in the archive</label>
-<span id="e2e-option" hidden><label><input type="checkbox" id="encrypt" name="encrypt" value="true"> Encrypt the text in this browser (the key stays in the link; the title and language are not encrypted)</label></span></p>
+<span id="e2e-option" hidden><label><input type="checkbox" id="encrypt"> Encrypt the text in this browser (the key stays in the link; the title and language are not encrypted)</label></span></p>
 <p><button type="submit">Create paste</button> <span id="create-status" class="notice" role="status"></span></p>
 </form>
 <script src="/static/create.js"></script>`

@@ -37,7 +37,9 @@ const BLANK_IS_ABSENT = new Set(['title', 'language', 'password']);
 
 /**
  * The create fields of the home page's form: each known field once, UTF-8, blanks left out. The
- * rules of a create are parseCreateInput's, as for every other entry point.
+ * rules of a create are parseCreateInput's, as for every other entry point. A browser sends a
+ * textarea's line breaks as CRLF whatever was typed or pasted (HTML's form submission converts
+ * them), so the content's CRLFs are turned back into the LFs the text had in the page.
  */
 function createFormFields(body: unknown): Record<string, string> {
   if (!(body instanceof UrlEncodedBody)) {
@@ -48,6 +50,7 @@ function createFormFields(body: unknown): Record<string, string> {
   for (const [name, value] of Object.entries(body.fields)) {
     if (!CREATE_FORM_FIELDS.has(name)) problems.push({ field: name, message: 'is not a known field' });
     else if (typeof value !== 'string') problems.push({ field: name, message: 'is given more than once' });
+    else if (name === 'content') fields[name] = value.replace(/\r\n/g, '\n');
     else if (!(value === '' && BLANK_IS_ABSENT.has(name))) fields[name] = value;
   }
   if (problems.length > 0) throw invalidRequest(problems);

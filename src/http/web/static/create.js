@@ -43,17 +43,20 @@
       status.textContent = 'Sending the ciphertext…';
       const response = await fetch(form.action, { method: 'POST', headers: { accept: 'application/json' }, body });
       const answer = await response.json().catch(() => null);
-      if (!response.ok || !answer || answer.error) {
-        const problems = (answer?.details ?? []).map((d) => `${d.field} ${d.message}`).join('; ');
-        status.textContent = `${answer?.message ?? `The server answered ${response.status}.`}${problems ? ` (${problems})` : ''}`;
-        return;
+      if (response.ok && answer && !answer.error) {
+        // The page's own origin, not the server's BASE_URL: the browser is already where it is served.
+        const page = new URL(`/view/${encodeURIComponent(answer.data.paste_id)}`, location.href);
+        page.hash = toBase64Url(keyBytes);
+        status.textContent = 'Created; opening it…';
+        location.assign(page.href);
+        return; // the button stays off: the form has done its work
       }
-      location.assign(`${answer.data.url}#${toBase64Url(keyBytes)}`);
+      const problems = (answer?.details ?? []).map((d) => `${d.field} ${d.message}`).join('; ');
+      status.textContent = `${answer?.message ?? `The server answered ${response.status}.`}${problems ? ` (${problems})` : ''}`;
     } catch {
       status.textContent = 'The paste could not be encrypted or sent; nothing was stored. Try again.';
-    } finally {
-      sending = false;
-      button.disabled = false;
     }
+    sending = false;
+    button.disabled = false;
   });
 })();
