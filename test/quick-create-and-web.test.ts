@@ -1277,7 +1277,7 @@ describe('the home page form (POST /; D10 source web)', () => {
   });
 
   it('is anonymous use: counted per client address with quick-create, and its text checked', async () => {
-    // Eight an hour here; five used above (the refusals counted too, as quick-create counts them).
+    // Eight an hour here; six used above (the refusals counted too, as quick-create counts them).
     const spam = Array.from({ length: 10 }, (_, i) => `https://spam${i}.example.com/offer?id=${i}`).join('\n');
     const rejected = await post({ content: spam }, 'application/json');
     assert.equal(rejected.status, 400);

@@ -24,6 +24,7 @@ import { KEY_CACHE_MS, type NewKeyOptions } from '../src/keys/key-service.js';
 import { keySubject } from '../src/keys/quota-service.js';
 import { parseCreateInput } from '../src/pastes/paste-input.js';
 import {
+  encryptForTest,
   expectError,
   freePort,
   freshDatabase,
@@ -754,6 +755,41 @@ describe('anonymous content check (400 content_rejected)', () => {
     assertStatus(await quickCreate(server, { body: 'buy cheap bread, not pills' }), 201, 'near miss');
     assertStatus(await quickCreate(server, { body: '# this line is a comment\nhello' }), 201, 'comment text');
     assertStatus(await quickCreate(server, { body: 'casino-bonus-42 in the middle of a line' }), 201, 'anchored');
+  });
+
+  it("an anonymous paste's title is held to the same rules: quick-create's title, the home page's form, an E2E paste's too", async (t) => {
+    const server = await checkedServer(t);
+    const blocked = 'BUY cheap  pills';
+    const cli = await request(`${server.url}/api/v1/cli?title=${encodeURIComponent(blocked)}`, {
+      method: 'POST',
+      headers: { 'content-type': 'text/plain' },
+      body: 'an innocent text',
+    });
+    expectError(cli, 400, 'content_rejected');
+    assert.match(cli.text, /The title was refused/);
+    const form = (fields: Record<string, string>, key?: string) =>
+      request(`${server.url}/`, {
+        method: 'POST',
+        headers: {
+          accept: 'application/json',
+          'content-type': 'application/x-www-form-urlencoded',
+          ...(key ? { 'x-api-key': key } : {}),
+        },
+        body: new URLSearchParams(fields).toString(),
+      });
+    expectError(await form({ content: 'an innocent text', title: blocked, public: 'true' }), 400, 'content_rejected');
+    const { wire } = await encryptForTest('whatever the ciphertext hides');
+    expectError(
+      await form({ content: wire, encrypt: 'true', title: blocked, public: 'true' }),
+      400,
+      'content_rejected',
+    );
+    assert.equal(await countPastes(server), 0);
+    // A title that passes, and the same title with a key, are taken.
+    assertStatus(await form({ content: wire, encrypt: 'true', title: 'cheap bread' }), 201, 'a fine title');
+    const key = await server.createKey();
+    assertStatus(await form({ content: 'an innocent text', title: blocked }, key), 201, 'keyed');
+    assert.equal(await countPastes(server), 2);
   });
 
   it('link spam (mostly URLs) is refused, while text with one or two links passes', async (t) => {

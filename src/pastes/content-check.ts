@@ -1,6 +1,7 @@
 /**
- * The content check of anonymous quick-create (api-v1.md, Authentication 5): refuses binary data,
- * content matching the administrator's patterns, and link spam, with 400 `content_rejected`.
+ * The content check of anonymous quick-create (api-v1.md, Authentication 5) and of the home page's
+ * form: refuses binary data, content matching the administrator's patterns, and link spam, with
+ * 400 `content_rejected`; an anonymous paste's title is held to the same rules.
  * Keyed requests are trusted and never checked.
  */
 import { readFileSync } from 'node:fs';
@@ -41,6 +42,17 @@ export class ContentChecker {
   check(content: string): void {
     const reason = this.problem(content);
     if (reason) throw new AppError('content_rejected', `The content was refused: ${reason}.`);
+  }
+
+  /**
+   * Throws 400 content_rejected when an anonymous paste's title is refused: the same rules as
+   * its content, since a title is shown on the paste's page and, for a public paste, in the
+   * archive, and an E2E paste's title is the only text of it the server can read.
+   */
+  checkTitle(title: string | null | undefined): void {
+    if (!title) return;
+    const reason = this.problem(title);
+    if (reason) throw new AppError('content_rejected', `The title was refused: ${reason}.`);
   }
 
   private problem(content: string): string | null {

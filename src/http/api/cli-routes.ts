@@ -137,6 +137,7 @@ export async function registerCliRoutes(
     const anonymous = request.apiKey === null;
     const { content, params } = await readQuickCreate(request, anonymous);
     if (anonymous && content !== undefined) deps.contentChecker.check(content);
+    if (anonymous) deps.contentChecker.checkTitle(params.title);
     const json = wantsJson(request, params);
     const fields: Record<string, unknown> = { content };
     if (params.expiry !== undefined) fields.expiry = params.expiry;

@@ -143,8 +143,11 @@ export async function registerWebRoutes(app: FastifyInstance, deps: WebDeps): Pr
   // asks for the create's JSON (Accept: application/json) and adds the key to the address.
   app.post('/', anonymousCreateOptions(deps), async (request, reply) => {
     const input = parseCreateInput(createFormFields(request.body), 'form');
-    // An E2E paste's text cannot be checked: the server has only its ciphertext.
-    if (request.apiKey === null && !input.encrypt) deps.contentChecker.check(input.content);
+    if (request.apiKey === null) {
+      // An E2E paste's text cannot be checked: the server has only its ciphertext. Its title can.
+      if (!input.encrypt) deps.contentChecker.check(input.content);
+      deps.contentChecker.checkTitle(input.title);
+    }
     const created = await pastes.create(input, { owner: request.apiKey, source: 'web', ip: request.ip });
     if ((request.headers.accept ?? '').includes('application/json')) {
       return reply.code(201).send({
