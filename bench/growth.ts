@@ -4,7 +4,8 @@
  * engine's own point read loses from one size to the other), measured in pairs in one run (four
  * pairs by default, the two sides' order swapped in every other pair so that a machine speeding
  * up or slowing down favours neither), with the median of the pairs' ratios and their range
- * (goal ≥ 0.90); then the expiry sweep of 1,000,000 expired pastes while /raw is under load: the
+ * (goal ≥ 0.90), with each side's CPU time an answer and how busy its core and the loader's were
+ * (a side held to the loader's pace hides its extra cost from the ratio of rates); then the expiry sweep of 1,000,000 expired pastes while /raw is under load: the
  * sweep's duration and the p99 during it against the p99 once it is done.
  * 127.0.0.1 only; bounded (about 10 minutes with the default 5 s a measurement, and the sweep at
  * most 20 more: under full load its thread gets only the time the server leaves idle, 8 to 9
@@ -143,21 +144,38 @@ async function side(name: string, count: number): Promise<Side> {
 /** The first row is the baseline's, for reference: it has no goal of its own. */
 const BASELINE_ROW = 'baseline R (GET /r/<id>)';
 const scenarios: Array<[string, (s: Side) => LoadOptions]> = [
-  [BASELINE_ROW, (s) => ({ url: (s.baseline as Baseline).url, path: () => `/r/${pick(s.ids)}` })],
-  ['GET /raw/<id>', (s) => ({ url: s.server.url, path: () => `/raw/${pick(s.ids)}` })],
+  [
+    BASELINE_ROW,
+    (s) => ({
+      url: (s.baseline as Baseline).url,
+      path: () => `/r/${pick(s.ids)}`,
+      pid: (s.baseline as Baseline).process.pid as number,
+    }),
+  ],
+  ['GET /raw/<id>', (s) => ({ url: s.server.url, path: () => `/raw/${pick(s.ids)}`, pid: serverPid(s) })],
   [
     'GET /api/v1/paste/{id}',
-    (s) => ({ url: s.server.url, path: () => `/api/v1/paste/${pick(s.ids)}`, headers: { 'x-api-key': s.key } }),
+    (s) => ({
+      url: s.server.url,
+      path: () => `/api/v1/paste/${pick(s.ids)}`,
+      headers: { 'x-api-key': s.key },
+      pid: serverPid(s),
+    }),
   ],
   [
     'GET /api/v1/pastes?page=1',
-    (s) => ({ url: `${s.server.url}/api/v1/pastes?page=1`, headers: { 'x-api-key': s.key } }),
+    (s) => ({ url: `${s.server.url}/api/v1/pastes?page=1`, headers: { 'x-api-key': s.key }, pid: serverPid(s) }),
   ],
   [
     'GET /api/v1/pastes?page=1000',
-    (s) => ({ url: `${s.server.url}/api/v1/pastes?page=1000`, headers: { 'x-api-key': s.key } }),
+    (s) => ({ url: `${s.server.url}/api/v1/pastes?page=1000`, headers: { 'x-api-key': s.key }, pid: serverPid(s) }),
   ],
 ];
+
+/** taskset execs node, so the pid is that of the process that answers. */
+function serverPid(s: Side): number {
+  return s.server.process.pid as number;
+}
 
 /** The median (the mean of the two middle values of an even count). */
 function middle(values: number[]): number {
@@ -167,6 +185,22 @@ function middle(values: number[]): number {
     ? (sorted[half] as number)
     : ((sorted[half - 1] as number) + (sorted[half] as number)) / 2;
 }
+/**
+ * The CPU time an answer on each side and its ratio (1M over 100k), then how busy the answering
+ * core was on each side and the loader's core (medians of the pairs). A ratio of rates hides what
+ * a side pays when that side is held to the loader's pace (its core under 100% busy while the
+ * loader's is near it): its extra CPU an answer then shows here only.
+ */
+function cpuCells(pairs: Array<{ a: LoadResult; b: LoadResult }>): string {
+  const measured = pairs.filter((pair) => pair.a.cpu && pair.b.cpu);
+  if (measured.length === 0) return '— | —';
+  const of = (side: 'a' | 'b', field: 'usPerAnswer' | 'busy' | 'loaderBusy') =>
+    middle(measured.map((pair) => (pair[side].cpu as NonNullable<LoadResult['cpu']>)[field]));
+  const us = `${of('a', 'usPerAnswer').toFixed(1)} / ${of('b', 'usPerAnswer').toFixed(1)} (${middle(measured.map((pair) => (pair.b.cpu?.usPerAnswer as number) / (pair.a.cpu?.usPerAnswer as number))).toFixed(2)})`;
+  const busy = `${of('a', 'busy').toFixed(0)}% / ${of('b', 'busy').toFixed(0)}%, ${middle([of('a', 'loaderBusy'), of('b', 'loaderBusy')]).toFixed(0)}%`;
+  return `${us} | ${busy}`;
+}
+
 let failed = false;
 const lines: string[] = [];
 try {
@@ -175,8 +209,8 @@ try {
   const large = await side('large', Number(process.env.GROWTH_LARGE ?? 1_000_000));
   if (small) {
     lines.push(
-      '| scenario | 100k req/s (median) | 1M req/s (median) | 1M / 100k (median of the pairs, range) | p99 100k ms | p99 1M ms | goal ≥ 0.90 |',
-      '|---|---:|---:|---:|---:|---:|---|',
+      '| scenario | 100k req/s (median) | 1M req/s (median) | 1M / 100k (median of the pairs, range) | p99 100k ms | p99 1M ms | CPU µs an answer 100k / 1M (ratio) | core busy 100k / 1M, loader | goal ≥ 0.90 |',
+      '|---|---:|---:|---:|---:|---:|---:|---:|---|',
     );
   }
   try {
@@ -204,7 +238,7 @@ try {
       const rps = (side: 'a' | 'b') => middle(pairs.map((pair) => pair[side].rps)).toFixed(0);
       const p99 = (side: 'a' | 'b') => middle(pairs.map((pair) => pair[side].p99));
       lines.push(
-        `| ${name} | ${rps('a')} | ${rps('b')} | ${ratio.toFixed(2)}${range} | ${p99('a')} | ${p99('b')} | ${reference ? 'the engine alone' : ratio >= 0.9 ? 'met' : 'not met'} |`,
+        `| ${name} | ${rps('a')} | ${rps('b')} | ${ratio.toFixed(2)}${range} | ${p99('a')} | ${p99('b')} | ${cpuCells(pairs)} | ${reference ? 'the engine alone' : ratio >= 0.9 ? 'met' : 'not met'} |`,
       );
       console.error(lines.at(-1));
     }
