@@ -137,7 +137,6 @@ export async function registerCliRoutes(
     const anonymous = request.apiKey === null;
     const { content, params } = await readQuickCreate(request, anonymous);
     if (anonymous && content !== undefined) deps.contentChecker.check(content);
-    if (anonymous) deps.contentChecker.checkTitle(params.title);
     const json = wantsJson(request, params);
     const fields: Record<string, unknown> = { content };
     if (params.expiry !== undefined) fields.expiry = params.expiry;
@@ -145,6 +144,8 @@ export async function registerCliRoutes(
     if (params.lang !== undefined) fields.language = params.lang;
     if (params.burn !== undefined) fields.burn = params.burn;
     const input = parseCreateInput(fields, 'form');
+    // After the title's own rules: a title they refuse is invalid_request, not content_rejected.
+    if (anonymous) deps.contentChecker.checkTitle(input.title);
     const created = await pastes.create(input, {
       owner: request.apiKey,
       source: 'cli',
