@@ -7,10 +7,12 @@
  */
 import assert from 'node:assert/strict';
 import { createHash, randomBytes } from 'node:crypto';
+import { readFileSync } from 'node:fs';
 import { request as httpRequest } from 'node:http';
 import net from 'node:net';
 import { after, before, describe, it } from 'node:test';
 import { generateApiKey } from '../src/keys/api-key-format.js';
+import { isAllowedExtension } from '../src/pastes/uploads.js';
 import { migrateToLatest } from '../src/storage/migrations.js';
 import {
   databaseContains,
@@ -1225,6 +1227,61 @@ describe('POST /api/v1/paste: multipart uploads (D17)', () => {
       assert.equal(r.status, 201, r.text);
     });
   }
+
+  // The types the common MIME tables give these allowed extensions (Debian's /etc/mime.types,
+  // read by Python's mimetypes and so by requests and httpx), though their names do not say text.
+  for (const [filename, type] of [
+    ['build.tcl', 'application/x-tcl'],
+    ['run.bat', 'application/x-msdos-program'],
+    ['notes.org', 'application/vnd.lotus-organizer'],
+  ] as const) {
+    it(`${filename} declared as ${type}, the type the MIME tables give it, is accepted`, async () => {
+      const r = await upload(server, key, fileForm('plain words here\n', filename, type));
+      assert.equal(r.status, 201, r.text);
+      const read = await detail(server, key, r.body.data.paste_id);
+      assert.equal(read.body.data.original_filename, filename);
+      assert.equal(read.body.data.content, 'plain words here\n');
+    });
+  }
+
+  it("a table's type is taken only with its own extension (a Lotus Organizer type named .txt is refused)", async () => {
+    expectError(
+      await upload(server, key, fileForm('plain words here', 'notes.txt', 'application/vnd.lotus-organizer')),
+      400,
+      'file_type_not_allowed',
+    );
+    expectError(
+      await upload(server, key, fileForm('plain words here', 'notes.org', 'application/x-msdos-program')),
+      400,
+      'file_type_not_allowed',
+    );
+  });
+
+  it('every allowed extension is accepted with the type /etc/mime.types gives it', async (t) => {
+    let table: string;
+    try {
+      table = readFileSync('/etc/mime.types', 'utf8');
+    } catch {
+      t.skip('no /etc/mime.types on this machine');
+      return;
+    }
+    const typeOf = new Map<string, string>();
+    for (const line of table.split('\n')) {
+      if (line.startsWith('#')) continue;
+      const [type, ...extensions] = line.trim().split(/\s+/);
+      for (const extension of extensions) if (type && !typeOf.has(extension)) typeOf.set(extension, type);
+    }
+    const refused: string[] = [];
+    let tried = 0;
+    for (const [extension, type] of typeOf) {
+      if (!isAllowedExtension(`file.${extension}`)) continue;
+      tried++;
+      const r = await upload(server, key, fileForm('plain words here\n', `file.${extension}`, type));
+      if (r.status !== 201) refused.push(`.${extension} as ${type}: ${r.status}`);
+    }
+    assert.ok(tried >= 20, `only ${tried} allowed extensions found in /etc/mime.types`);
+    assert.deepEqual(refused, []);
+  });
 
   it('a .gitignore file (its name is its extension) is accepted', async () => {
     const r = await upload(server, key, fileForm('node_modules/\n', '.gitignore', 'text/plain'));

@@ -133,14 +133,30 @@ const TEXTUAL_APPLICATION_TYPES = new Set([
   'application/x-bat',
   'application/x-powershell',
   'application/x-ndjson',
+  'application/x-tcl',
   'application/octet-stream',
 ]);
 
-/** D17: the declared type must be textual (curl's default `application/octet-stream` included). */
-export function isTextualMimeType(mimeType: string): boolean {
+/**
+ * Types that the common MIME tables (Debian's /etc/mime.types, which Python's `mimetypes` and so
+ * `requests` and `httpx` read) give an allowed extension although their names do not say text:
+ * a client that declares what its platform knows the file as is not refused for it. Taken only
+ * with that extension (a Lotus Organizer file named `.txt` is not an Org file).
+ */
+const TABLE_TYPES_OF_EXTENSION: Record<string, string> = {
+  '.bat': 'application/x-msdos-program',
+  '.org': 'application/vnd.lotus-organizer',
+};
+
+/**
+ * D17: the declared type must be textual (curl's default `application/octet-stream` included),
+ * or the type the MIME tables give the file's own extension (TABLE_TYPES_OF_EXTENSION).
+ */
+export function isTextualMimeType(mimeType: string, filename = ''): boolean {
   const type = mimeType.split(';')[0]?.trim().toLowerCase() ?? '';
   if (type.startsWith('text/')) return true;
   if (TEXTUAL_APPLICATION_TYPES.has(type)) return true;
+  if (filename !== '' && TABLE_TYPES_OF_EXTENSION[extensionOf(filename)] === type) return true;
   return /^application\/[a-z0-9.-]+\+(json|xml|yaml)$/.test(type);
 }
 

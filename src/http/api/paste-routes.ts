@@ -95,7 +95,7 @@ function checkUploadType(filename: string, mimeType: string): void {
       details: [{ field: 'file', message: 'extension not allowed' }],
     });
   }
-  if (!isTextualMimeType(mimeType)) {
+  if (!isTextualMimeType(mimeType, filename)) {
     throw new AppError(
       'file_type_not_allowed',
       `The file type ${mimeType} is not accepted; only text and code files are.`,
