@@ -1247,6 +1247,15 @@ describe('GET /api/v1/pastes (D15)', () => {
     const far = await list(server, owner, '?page=1000');
     assert.deepEqual(far.body.data, []);
     assert.deepEqual(far.body.pagination, { page: 1000, limit: 20, total: 23, total_pages: 2 });
+    // Any page a JSON number holds exactly, past SQLite's and PostgreSQL's 32-bit range too.
+    for (const page of [1_000_000_000, 2 ** 31 + 1, Number.MAX_SAFE_INTEGER]) {
+      const huge = await list(server, owner, `?page=${page}&limit=100`);
+      assert.equal(huge.status, 200, huge.text);
+      assert.deepEqual(huge.body.data, []);
+      assert.deepEqual(huge.body.pagination, { page, limit: 100, total: 23, total_pages: 1 });
+    }
+    // One past what a JSON number holds exactly is refused rather than answered as another page.
+    expectError(await list(server, owner, `?page=${Number.MAX_SAFE_INTEGER + 1}`), 400, 'invalid_request');
   });
 
   it('a key with no pastes gets an empty list with total 0', async () => {

@@ -1924,6 +1924,9 @@ describe('properties: every endpoint under random and malformed input', () => {
         '+1',
         '999999999',
         '1000000000',
+        '2147483649',
+        '9007199254740991',
+        '9007199254740992',
         '99999999999999999999',
         'NaN',
         'Infinity',
@@ -1966,11 +1969,11 @@ describe('properties: every endpoint under random and malformed input', () => {
           const names = c.pairs.map(([n]) => n);
           const value = (name: string) => c.pairs.find(([n]) => n === name)?.[1];
           const whole = (v: string | undefined, max: number) =>
-            v === undefined || (/^\d{1,9}$/.test(v) && Number(v) >= 1 && Number(v) <= max);
+            v === undefined || (/^\d{1,16}$/.test(v) && Number(v) >= 1 && Number(v) <= max);
           const valid =
             names.every((n) => n === 'page' || n === 'limit') &&
             new Set(names).size === names.length &&
-            whole(value('page'), 999_999_999) &&
+            whole(value('page'), Number.MAX_SAFE_INTEGER) &&
             whole(value('limit'), 100);
           if (!valid) return expectAnswer(x, 400, 'invalid_request');
           expectAnswer(x, 200);

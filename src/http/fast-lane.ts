@@ -78,7 +78,7 @@ const LIST_PATH = '/api/v1/pastes';
  * The list queries the lane takes: none, or page and limit (each at most once) as digits. The
  * values' rules are readPagination's; any other query is Fastify's to parse and answer.
  */
-const LIST_QUERY = /^(?:\?(page|limit)=(\d{1,9})(?:&(?!\1)(page|limit)=(\d{1,9}))?)?$/;
+const LIST_QUERY = /^(?:\?(page|limit)=(\d{1,16})(?:&(?!\1)(page|limit)=(\d{1,16}))?)?$/;
 const CREATE_PATH = '/api/v1/paste';
 /** The content types of a create the lane takes; any other, Fastify parses or refuses. */
 const CREATE_TYPES = new Set(['application/json', 'application/json; charset=utf-8']);

@@ -86,6 +86,9 @@ const SWEEP_SHARE_IDLE = 0.5;
  */
 const SWEEP_SHARE_BUSY = 0.05;
 
+/** A list offset past which the page is read only if the owner has that many pastes (list). */
+const FAR_OFFSET = 2 ** 31 - 1;
+
 const sha256Hex = (text: string): string => hash('sha256', text, 'hex');
 
 export class PasteService {
@@ -361,8 +364,15 @@ export class PasteService {
   async list(ownerKeyId: string, page: number, limit: number): Promise<{ items: OwnedListItem[]; total: number }> {
     const now = this.clock();
     const mark = this.views.mark();
+    const offset = (page - 1) * limit;
+    if (offset > FAR_OFFSET) {
+      // A page far past any list's end (page goes up to 2^53): counted only, never sent to the
+      // database as an OFFSET it may not take.
+      const total = await this.listing.total(ownerKeyId, now);
+      if (offset >= total) return { items: [], total };
+    }
     const [items, total] = await Promise.all([
-      this.listing.page(ownerKeyId, now, limit, (page - 1) * limit),
+      this.listing.page(ownerKeyId, now, limit, offset),
       this.listing.total(ownerKeyId, now),
     ]);
     for (const item of items) item.viewCount += this.views.unwrittenSince(item.id, item.createdAt, mark);
