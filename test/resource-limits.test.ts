@@ -17,6 +17,7 @@ import { pino } from 'pino';
 import { loadConfig } from '../src/config.js';
 import { ErrorLog } from '../src/http/error-log.js';
 import { toAppError } from '../src/http/error-presenter.js';
+import { MAX_FORM_FIELDS, parseUrlEncoded } from '../src/http/request-bodies.js';
 import { MAX_HIGHLIGHT_BYTES } from '../src/http/web/highlight.js';
 import { Semaphore } from '../src/pastes/passwords.js';
 import { createPaste, expectError, request, sqlText, startServer, type TestServer } from './helpers.js';
@@ -181,6 +182,76 @@ describe('resource limits', () => {
   after(() => server.close());
 
   const pasteCount = async () => Number((await server.sql<{ n: number }>('SELECT count(*) AS n FROM pastes'))[0]?.n);
+
+  describe('urlencoded forms', () => {
+    const postForm = (path: string, body: string) =>
+      request(`${server.url}${path}`, {
+        method: 'POST',
+        headers: { accept: 'application/json', 'content-type': 'application/x-www-form-urlencoded' },
+        body,
+      });
+
+    it('a form holds at most MAX_FORM_FIELDS pairs: more is 400 invalid_request, the rest never parsed', () => {
+      const full = parseUrlEncoded(Buffer.from('a=1&'.repeat(MAX_FORM_FIELDS)));
+      assert.equal(full.overfull, false);
+      assert.equal((full.fields.a as string[]).length, MAX_FORM_FIELDS);
+      const over = parseUrlEncoded(Buffer.from(`${'a=1&'.repeat(MAX_FORM_FIELDS)}b=2`));
+      assert.equal(over.overfull, true);
+      assert.equal(Object.hasOwn(over.firstFields, 'b'), false, 'the pair past the limit is not parsed');
+      assert.throws(
+        () => over.fields,
+        (err: unknown) => err instanceof Error && (err as { code?: string }).code === 'invalid_request',
+      );
+    });
+
+    // Each pair costs about 1.3 µs to parse: millions of them (a&a&…) held the event loop for
+    // seconds, and with a copy of a name's values for each repeat, n²/2 copies (hours). The
+    // time-out only turns such a hang into a failure; nothing here measures speed.
+    it('a form of millions of repeats of one name is refused, unparsed (POST / and /api/v1/cli)', {
+      timeout: 60_000,
+    }, async () => {
+      const count = await pasteCount();
+      for (const [path, body] of [
+        ['/', 'a&'.repeat(4_000_000)],
+        // Quick-create takes a body with no content field as the paste itself: this one has one.
+        ['/api/v1/cli', `content=some+text&${'a&'.repeat(1_500_000)}`],
+      ] as const) {
+        const res = await postForm(path, body);
+        assert.doesNotThrow(
+          () => expectError(res, 400, 'invalid_request'),
+          `${path}: ${res.status} ${res.text.slice(0, 200)}`,
+        );
+        assert.match(res.text, /at most 1000 fields/);
+      }
+      assert.equal(await pasteCount(), count);
+    });
+
+    it('quick-create still takes a text with thousands of & as the paste, exactly as sent (curl --data-binary)', async () => {
+      const text = `${Array.from({ length: 3000 }, (_, i) => `https://example.com/?a=${i}&b=${i}`).join('\n')}\n`;
+      const res = await request(`${server.url}/api/v1/cli`, {
+        method: 'POST',
+        headers: { 'x-api-key': key, 'content-type': 'application/x-www-form-urlencoded' },
+        body: text,
+      });
+      assert.equal(res.status, 201, res.text);
+      const id = /\/view\/([0-9A-Za-z]+)/.exec(res.text)?.[1] as string;
+      const [row] = await server.sql<{ content: string }>(`SELECT content FROM pastes WHERE id = ${sqlText(id)}`);
+      assert.equal(row?.content, text);
+    });
+
+    it("the home page's form takes 4 MB of short lines, which a browser sends as CRLF, six bytes a stored one", async () => {
+      // 4,000,000 bytes stored as "a\n" lines; 14,000,000 on the wire as "a%0D%0A".
+      const fits = await postForm('/', `content=${'a%0D%0A'.repeat(2_000_000)}`);
+      assert.equal(fits.status, 201, fits.text.slice(0, 300));
+      const id = fits.body.data.paste_id as string;
+      const [row] = await server.sql<{ n: number | string }>(
+        `SELECT length(content) AS n FROM pastes WHERE id = ${sqlText(id)}`,
+      );
+      assert.equal(Number(row?.n), 4_000_000);
+      // Past 4 MB once stored: 413 content_too_large.
+      expectError(await postForm('/', `content=${'a%0D%0A'.repeat(2_100_000)}`), 413, 'content_too_large');
+    });
+  });
 
   describe('compressed bodies (Content-Encoding)', () => {
     // quick-create-and-web.test.ts checks that a small gzip body is a 400 on two routes; here

@@ -15,8 +15,14 @@ import { type ApiDeps, announcedLength, createdMessage } from './paste-routes.js
 
 const CONTENT_FIELDS = new Set(['content', 'paste', 'f:1']);
 const PARAMETERS = new Set(['expiry', 'title', 'lang', 'burn', 'json']);
-/** An urlencoded 4 MB paste may triple in size on the wire (the home page's form too). */
+/** An urlencoded 4 MB paste may triple in size on the wire (each byte as %XX). */
 const FORM_BODY_LIMIT = 3 * MAX_TEXT_BYTES + 64 * 1024;
+/**
+ * The home page's form: a browser sends each line break of a textarea as CRLF, %0D%0A, six bytes
+ * for the one stored (the form's text is kept with LF line breaks), so a 4 MB paste of short lines
+ * may be six times its size on the wire. Its 4 MB is then held by the create's own check.
+ */
+export const WEB_FORM_BODY_LIMIT = 6 * MAX_TEXT_BYTES + 64 * 1024;
 
 function wantsJson(request: FastifyRequest, params: Record<string, string>): boolean {
   if (params.json !== undefined) {
@@ -72,14 +78,15 @@ async function readQuickCreate(
   } else if (Buffer.isBuffer(request.body)) {
     setContent(asText(request.body, anonymous));
   } else if (request.body instanceof UrlEncodedBody) {
-    const { fields, raw, notUtf8 } = request.body;
-    if (!Object.keys(fields).some((name) => CONTENT_FIELDS.has(name))) {
+    const body = request.body;
+    if (!Object.keys(body.firstFields).some((name) => CONTENT_FIELDS.has(name))) {
       // `curl --data-binary @file` sends the file as an urlencoded form without saying so: a
-      // form with no content field is taken as the raw content, exactly as sent.
-      setContent(asText(raw, anonymous));
+      // form with no content field (among its first MAX_FORM_FIELDS pairs: a text may hold
+      // any number of `&`) is taken as the raw content, exactly as sent.
+      setContent(asText(body.raw, anonymous));
     } else {
-      for (const name of notUtf8) problems.push({ field: name, message: 'is not UTF-8 text' });
-      for (const [name, value] of Object.entries(fields)) {
+      for (const name of body.notUtf8) problems.push({ field: name, message: 'is not UTF-8 text' });
+      for (const [name, value] of Object.entries(body.fields)) {
         if (!CONTENT_FIELDS.has(name)) take(name, value);
         else if (typeof value === 'string') setContent(value);
         else problems.push({ field: name, message: 'is given more than once' });
@@ -117,13 +124,16 @@ function usage(baseUrl: string): string {
  * form): a declared length past the form's limit refused before it is read, then the key if one
  * is sent, else the client address's anonymous budget.
  */
-export function anonymousCreateOptions(deps: AccessDeps & { anonymousAllowed: boolean; anonHourlyLimit: number }) {
+export function anonymousCreateOptions(
+  deps: AccessDeps & { anonymousAllowed: boolean; anonHourlyLimit: number },
+  bodyLimit = FORM_BODY_LIMIT,
+) {
   return {
     onRequest: [
-      declaredLengthGuard(() => ({ limit: FORM_BODY_LIMIT, error: () => tooLarge(MAX_TEXT_BYTES) })),
+      declaredLengthGuard(() => ({ limit: bodyLimit, error: () => tooLarge(MAX_TEXT_BYTES) })),
       optionalApiKey(deps),
     ],
-    bodyLimit: FORM_BODY_LIMIT,
+    bodyLimit,
   };
 }
 

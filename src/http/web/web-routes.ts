@@ -14,7 +14,7 @@ import { parseCreateInput } from '../../pastes/paste-input.js';
 import type { PastePresenter } from '../../pastes/paste-presenter.js';
 import type { PasteService, Read } from '../../pastes/paste-service.js';
 import type { AccessDeps } from '../api/authentication.js';
-import { anonymousCreateOptions } from '../api/cli-routes.js';
+import { anonymousCreateOptions, WEB_FORM_BODY_LIMIT } from '../api/cli-routes.js';
 import { createdMessage, pasteIdParam, readOptions, sendText } from '../api/paste-routes.js';
 import { UrlEncodedBody } from '../request-bodies.js';
 import { BROWSER_HIGHLIGHTER, browserHighlighter } from './browser-highlighter.js';
@@ -141,7 +141,7 @@ export async function registerWebRoutes(app: FastifyInstance, deps: WebDeps): Pr
   // A paste from the home page's form (D10: content_type text, source web). A browser's post is
   // answered with 303 to the paste's page; create.js, which sends an E2E paste's ciphertext,
   // asks for the create's JSON (Accept: application/json) and adds the key to the address.
-  app.post('/', anonymousCreateOptions(deps), async (request, reply) => {
+  app.post('/', anonymousCreateOptions(deps, WEB_FORM_BODY_LIMIT), async (request, reply) => {
     const input = parseCreateInput(createFormFields(request.body), 'form');
     if (request.apiKey === null) {
       // An E2E paste's text cannot be checked: the server has only its ciphertext. Its title can.
