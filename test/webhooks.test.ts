@@ -766,6 +766,37 @@ describe('webhook delivery attempts (D21)', SQLITE_ONLY, () => {
     assert.equal(payloadOf(last).paste_id, third);
     new Webhook(secret as string).verify(last.body, webhookHeaders(last));
   });
+
+  it('a 410 from a URL the key no longer sends to (set anew while the attempt was out) leaves the new webhook on, and the delivery goes there', async (t) => {
+    const server = await start(t);
+    let answerOld: () => void = () => {};
+    const answered = new Promise<void>((resolve) => {
+      answerOld = resolve;
+    });
+    const old = await startReceiver(t, (_req, res) => {
+      void answered.then(() => {
+        res.writeHead(410);
+        res.end('gone');
+      });
+    });
+    const hook = await hookKey(server, old.url);
+    const first = await createPaste(server, hook.key);
+    await old.waitFor(1, 10 * SECOND);
+    // The attempt is out at the old URL; the admin points the key at a new one.
+    const fresh = await startReceiver(t);
+    const { secret } = await server.services.keys.setWebhook(hook.id, fresh.url);
+    answerOld();
+    await fresh.waitFor(1, 10 * SECOND);
+    const resent = fresh.received[0] as Received;
+    assert.equal(payloadOf(resent).paste_id, first, 'the announcement the old URL refused went to the new one');
+    new Webhook(secret as string).verify(resent.body, webhookHeaders(resent));
+    assert.equal(keyRow(server.databasePath, hook.id).webhook_active, 1, 'the new webhook is still on');
+    const second = await createPaste(server, hook.key);
+    await fresh.waitFor(2, 10 * SECOND);
+    assert.equal(payloadOf(fresh.received[1] as Received).paste_id, second);
+    assert.equal((await waitForStatus(server, first, 'delivered', 5 * SECOND)).attempts, 2);
+    assert.equal(old.received.length, 1);
+  });
 });
 
 // =============================================================================================

@@ -127,9 +127,19 @@ export class WebhookRepository {
       .execute();
   }
 
-  /** A 410 from the receiver: the key's webhook stays off until it is set again. */
-  async disableKeyWebhook(keyId: string): Promise<void> {
-    await this.db.updateTable('api_keys').set({ webhook_active: 0 }).where('id', '=', keyId).execute();
+  /**
+   * A 410 from the receiver at `url`: the key's webhook stays off until it is set again. Only if
+   * the key still sends to that URL: a webhook set anew while the attempt was out is not the one
+   * that answered. Returns whether it was turned off.
+   */
+  async disableKeyWebhook(keyId: string, url: string): Promise<boolean> {
+    const result = await this.db
+      .updateTable('api_keys')
+      .set({ webhook_active: 0 })
+      .where('id', '=', keyId)
+      .where('webhook_url', '=', url)
+      .executeTakeFirst();
+    return Number(result.numUpdatedRows) > 0;
   }
 
   async listForKey(keyId: string, limit: number): Promise<DeliveryRow[]> {

@@ -173,14 +173,21 @@ export class DeliveryWorker {
       'webhook-signature': signature,
     };
     // The key's current URL and secret: a rotated webhook gets its pending announcements too.
-    const result = await sendWebhook(webhook?.url as string, headers, delivery.payload, {
+    const url = webhook?.url as string;
+    const result = await sendWebhook(url, headers, delivery.payload, {
       timeoutMs: this.options.timeoutMs,
       allowPrivate: this.options.allowPrivate,
     });
-    await this.record(delivery, attempts, at, result);
+    await this.record(delivery, attempts, at, result, url);
   }
 
-  private async record(delivery: DeliveryRow, attempts: number, at: number, result: SendResult): Promise<void> {
+  private async record(
+    delivery: DeliveryRow,
+    attempts: number,
+    at: number,
+    result: SendResult,
+    url: string,
+  ): Promise<void> {
     const { statusCode: code, error } = result;
     await this.repository.recordAttempt({
       id: `att_${randomBytes(10).toString('base64url')}`,
@@ -193,9 +200,10 @@ export class DeliveryWorker {
     const now = this.clock();
     if (error === null) {
       await this.repository.finish(delivery.id, this.id, 'delivered', { attempts, code, error, at: now });
-    } else if (code === 410) {
-      // The receiver says the endpoint is gone for good: the key's webhook is turned off.
-      await this.repository.disableKeyWebhook(delivery.key_id);
+    } else if (code === 410 && (await this.repository.disableKeyWebhook(delivery.key_id, url))) {
+      // The receiver says the endpoint is gone for good: the key's webhook is turned off. (A 410
+      // from a URL the key no longer sends to is a failed attempt like any other: the delivery
+      // goes to the new URL next.)
       await this.repository.finish(delivery.id, this.id, 'gone', { attempts, code, error, at: now });
       this.log.warn({ key: delivery.key_id }, 'webhook receiver answered 410; webhook turned off');
     } else if (attempts >= MAX_ATTEMPTS) {
