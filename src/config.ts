@@ -88,9 +88,9 @@ function readInteger(env: Env, name: string, fallback: number, min: number, max:
 
 /**
  * A URL as a message may show it: its user name and password left out (the message goes to
- * stderr, and from there to the supervisor's logs).
+ * stderr, and from there to the supervisor's logs; a webhook URL's to the CLI and last_error).
  */
-function withoutCredentials(raw: string): string {
+export function withoutCredentials(raw: string): string {
   return raw.replace(/^([a-z][a-z0-9+.-]*:\/\/)[^/?#]*@/i, '$1***@');
 }
 

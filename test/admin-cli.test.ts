@@ -340,6 +340,22 @@ describe('fastpaste command', () => {
     assertOk(most, 'keys limits at the largest');
   });
 
+  it("keys deliveries' --limit is held to 1..10000 in one line, and a webhook URL's password is never printed", async () => {
+    for (const limit of ['100000000000000000000', '0', '10001']) {
+      const run = await fastpaste(['keys', 'deliveries', keyId, '--limit', limit], env);
+      assert.equal(run.code, 1, `${limit}: ${run.stdout}${run.stderr}`);
+      assert.match(
+        run.stderr.trim(),
+        /^error: option '--limit <n>' argument '\d+' is invalid\. must be a whole number from 1 to 10000$/,
+      );
+    }
+    assertOk(await fastpaste(['keys', 'deliveries', keyId, '--limit', '10000'], env), 'the largest');
+    const bad = await fastpaste(['keys', 'webhook', keyId, 'https://user:s3cret@example.com:99999/'], env);
+    assert.equal(bad.code, 1, `${bad.stdout}${bad.stderr}`);
+    assert.match(bad.stderr, /is not a URL/);
+    assert.ok(!`${bad.stdout}${bad.stderr}`.includes('s3cret'), bad.stderr);
+  });
+
   it('an unknown key given in full is named by its first characters only', async () => {
     const unknown = generateApiKey();
     const run = await fastpaste(['keys', 'deactivate', unknown], env);

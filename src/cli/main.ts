@@ -19,6 +19,17 @@ function wholeNumber(value: string): number {
   return Number(value);
 }
 
+/** The most rows a listing prints. */
+const MAX_LISTED = 10_000;
+
+/** How many rows to list: 1 to MAX_LISTED (a larger one reached the database as a LIMIT it refuses). */
+function listCount(value: string): number {
+  if (!/^\d+$/.test(value) || Number(value) < 1 || Number(value) > MAX_LISTED) {
+    throw new InvalidArgumentError(`must be a whole number from 1 to ${MAX_LISTED}`);
+  }
+  return Number(value);
+}
+
 /** Opens the configured database, migrated, runs `task`, and closes it. */
 async function withServices<T>(task: (services: Services) => Promise<T>): Promise<T> {
   const config = loadConfig();
@@ -194,7 +205,7 @@ keys
 keys
   .command('deliveries <key>')
   .description('recent webhook deliveries of a key, with every attempt')
-  .option('--limit <n>', 'how many deliveries', wholeNumber, 20)
+  .option('--limit <n>', `how many deliveries (1 to ${MAX_LISTED})`, listCount, 20)
   .option('--json', 'print JSON')
   .action(async (idOrKey: string, options: { limit: number; json?: boolean }) => {
     const { key, deliveries, attempts } = await withServices(async (s) => {

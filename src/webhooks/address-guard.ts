@@ -10,6 +10,7 @@
 import dns from 'node:dns';
 import { lookup } from 'node:dns/promises';
 import ipaddr from 'ipaddr.js';
+import { withoutCredentials } from '../config.js';
 import { AppError } from '../errors.js';
 
 /** Why an address may not be called, or null when it is a public unicast address. */
@@ -45,7 +46,8 @@ export function checkWebhookUrlSyntax(raw: string, options: GuardOptions): URL {
   try {
     url = new URL(raw);
   } catch {
-    throw new AppError('invalid_request', `The webhook URL "${raw}" is not a URL.`);
+    // Not parsed, so not refused for its credentials yet: they are not shown.
+    throw new AppError('invalid_request', `The webhook URL "${withoutCredentials(raw)}" is not a URL.`);
   }
   if (url.protocol !== 'http:' && url.protocol !== 'https:') {
     throw new AppError('invalid_request', 'A webhook URL must use http or https.');
