@@ -550,6 +550,21 @@ describe('quick-create, web pages and HTTP rules', () => {
       assert.match(byAccept.headers.get('content-type') ?? '', /^application\/json/);
     });
 
+    it('needs no key, but a key sent is checked (403 when invalid or inactive) and counted', async () => {
+      expectError(
+        await request(`${server.url}/api/v1/cli`, { headers: { 'x-api-key': 'fp_not_a_key' } }),
+        403,
+        'api_key_invalid',
+      );
+      const limited = await server.createKey({ name: 'usage-reader', hourly: 5 });
+      const first = await request(`${server.url}/api/v1/cli`, { headers: { 'x-api-key': limited } });
+      assert.equal(first.status, 200);
+      assert.equal(first.headers.get('ratelimit-remaining'), '4', 'counted against the key');
+      const anonymous = await request(`${server.url}/api/v1/cli`);
+      assert.equal(anonymous.status, 200);
+      assert.equal(anonymous.headers.get('ratelimit-remaining'), null, 'nothing counted without a key');
+    });
+
     it("a switch named like an object's own property (burn=constructor, json=__proto__) is no boolean: 400", async () => {
       for (const query of ['?burn=constructor', '?json=__proto__', '?burn=toString']) {
         const answer = await cli(query, { headers: { 'content-type': 'text/plain', 'x-api-key': key }, body: 'x' });

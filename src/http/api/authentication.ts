@@ -107,6 +107,17 @@ export function requireApiKey(deps: AccessDeps) {
 }
 
 /**
+ * A page open to everyone (quick-create's usage): no key needed, but one that is sent is held to
+ * Authentication 2 (403 when invalid or inactive) and counted (D20), as everywhere else.
+ */
+export function keyIfSent(deps: AccessDeps) {
+  return async (request: FastifyRequest, reply: FastifyReply): Promise<void> => {
+    if (presentedKey(request) !== undefined) await admitKey(deps, request, reply);
+    else request.apiKey = null;
+  };
+}
+
+/**
  * Quick-create: a key when one is sent (and then it must be valid), otherwise anonymous and
  * counted per client address (an IPv6 client per /64); with anonymous use turned off, a keyless
  * request is a 401 as anywhere else.

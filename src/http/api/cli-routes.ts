@@ -10,7 +10,7 @@ import { EXPIRY_VALUES } from '../../pastes/expiry.js';
 import { MAX_TEXT_BYTES, parseCreateInput, parseFormBoolean, tooLarge } from '../../pastes/paste-input.js';
 import { decodeTextFile } from '../../pastes/uploads.js';
 import { declaredLengthGuard, readMultipartForm, UrlEncodedBody } from '../request-bodies.js';
-import { type AccessDeps, optionalApiKey } from './authentication.js';
+import { type AccessDeps, keyIfSent, optionalApiKey } from './authentication.js';
 import { type ApiDeps, announcedLength, createdMessage } from './paste-routes.js';
 
 const CONTENT_FIELDS = new Set(['content', 'paste', 'f:1']);
@@ -172,7 +172,7 @@ export async function registerCliRoutes(
     return reply.type('text/plain; charset=utf-8').send(`${presenter.viewUrl(created.paste.id)}\n`);
   });
 
-  app.get('/api/v1/cli', async (request, reply: FastifyReply) => {
+  app.get('/api/v1/cli', { onRequest: keyIfSent(deps) }, async (request, reply: FastifyReply) => {
     // A parameter given twice arrives as an array.
     const switchValue = (request.query as Record<string, unknown>).json;
     if (switchValue !== undefined && typeof switchValue !== 'string') {
