@@ -698,6 +698,35 @@ describe('expiry (D5, D12)', () => {
     });
   }
 
+  it('made in the middle of a second: 404 at the expires_at it reports, not up to a second later (D3, D12)', async () => {
+    server.clock.advance(1000 - (server.clock.now % 1000) + 700); // 700 ms into a second
+    const second = server.clock.now - 700;
+    const created = await createPaste(server, key, { content: 'mid-second', expiry: '10m' });
+    assert.equal(created.expires_at, utc(second + 10 * 60_000));
+    const detail = await getDetail(server, key, created.paste_id);
+    assert.equal(detail.body.data.created_at, utc(second));
+    server.clock.advance(10 * 60_000 - 700 - 1);
+    assert.equal((await getWeb(server, `/raw/${created.paste_id}`)).status, 200);
+    server.clock.advance(1); // the instant expires_at reports
+    await expectGone(server, key, created.paste_id);
+
+    // Re-timed by a PUT in the middle of a second: the same.
+    server.clock.advance(300);
+    const again = await createPaste(server, key, { content: 'mid-second again', expiry: '1h' });
+    server.clock.advance(1200); // 500 ms into a later second
+    const updatedAt = server.clock.now - 500;
+    assert.equal(server.clock.now % 1000, 500);
+    const put = await request(`${server.url}/api/v1/paste/${again.paste_id}`, {
+      method: 'PUT',
+      headers: { 'x-api-key': key },
+      json: { expiry: '10m' },
+    });
+    assert.equal(put.status, 200, put.text);
+    assert.equal((await getDetail(server, key, again.paste_id)).body.data.expires_at, utc(updatedAt + 10 * 60_000));
+    server.clock.advance(10 * 60_000 - 500);
+    await expectGone(server, key, again.paste_id);
+  });
+
   it('never: expires_at null and still readable after 10 years', async () => {
     const created = await createPaste(server, key, { content: 'forever', expiry: 'never' });
     assert.equal(created.expires_at, null);

@@ -30,10 +30,15 @@ export function isExpiry(value: string): value is Expiry {
   return Object.hasOwn(EXPIRY_LENGTHS, value);
 }
 
-/** When a paste made (or re-timed) at `now` expires; null for `never`. */
+/**
+ * When a paste made (or re-timed) at `now` expires; null for `never`. Counted from the whole
+ * second of `now`: D3 reports times to the second, so the instant a paste goes (D12: 404 at
+ * `expires_at`) is the instant its `expires_at` says, not up to 999 ms after it, and
+ * `expires_at` is `created_at` (or the update's second) plus the length exactly.
+ */
 export function expiresAt(expiry: Expiry, now: number): number | null {
   const length = EXPIRY_LENGTHS[expiry];
-  return length === null ? null : now + length;
+  return length === null ? null : Math.floor(now / 1000) * 1000 + length;
 }
 
 /** D12: a paste is gone from the instant its `expires_at` is reached. */
