@@ -428,6 +428,36 @@ describe('password-protected pastes (D7, D13)', () => {
     assert.equal(raw.text, 'pw content');
   });
 
+  it('a right password checked while the paste expires or is deleted delivers nothing (D12)', async () => {
+    // Password checks are slow and capped (two at a time): wrong guesses on another paste hold
+    // the read's check back while the paste expires, then while it is deleted.
+    const decoys = await Promise.all(
+      [1, 2].map(() => createPaste(server, key, { content: 'decoy', password: 'decoy-pw' })),
+    );
+    const hold = () => {
+      const decoy = decoys.pop() as { paste_id: string };
+      return Array.from({ length: 6 }, () => getWeb(server, `/raw/${decoy.paste_id}`, 'wrong'));
+    };
+
+    const expiring = await createPaste(server, key, { content: 'expiring pw', password: 'pw-exp', expiry: '10m' });
+    server.clock.advance(10 * 60_000 - 1);
+    const guesses = hold();
+    const read = getWeb(server, `/raw/${expiring.paste_id}`, 'pw-exp');
+    await new Promise((resolve) => setTimeout(resolve, 40));
+    server.clock.advance(1);
+    expectError(await read, 404, 'not_found');
+    for (const guess of await Promise.all(guesses)) assert.equal(guess.status, 403);
+
+    const deleted = await createPaste(server, key, { content: 'deleted pw', password: 'pw-del' });
+    const more = hold();
+    const readDeleted = getWeb(server, `/raw/${deleted.paste_id}`, 'pw-del');
+    await new Promise((resolve) => setTimeout(resolve, 40));
+    const removed = await del(server, key, deleted.paste_id);
+    assert.equal(removed.status, 200, removed.text);
+    expectError(await readDeleted, 404, 'not_found');
+    await Promise.all(more);
+  });
+
   it('a refused API read does not consume a burn + password paste', async () => {
     const created = await createPaste(server, key, { content: 'burn pw', password: 'pw-burn', burn: true });
     expectError(await getDetail(server, key, created.paste_id), 403, 'password_protected');

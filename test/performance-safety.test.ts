@@ -12,6 +12,7 @@ import net from 'node:net';
 import { PassThrough } from 'node:stream';
 import { describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
+import { Redis } from 'ioredis';
 import { sql } from 'kysely';
 import pg from 'pg';
 import { pino } from 'pino';
@@ -1886,6 +1887,33 @@ describe('the fast lane', () => {
       assert.equal(list.headers.get('ratelimit-remaining'), '96', 'the list counted once');
     } finally {
       await new Promise((resolve) => front.close(resolve));
+      await server.close();
+    }
+  });
+
+  it('answers 404 to a read by id whose paste expired while its quota count waited (D12)', {
+    skip: process.env.TEST_REDIS_URL ? false : 'set TEST_REDIS_URL: the count waits on a paused Redis',
+  }, async () => {
+    const server = await startServer();
+    const redis = new Redis(process.env.TEST_REDIS_URL as string, { lazyConnect: true, maxRetriesPerRequest: 1 });
+    redis.on('error', () => {});
+    try {
+      const key = await server.createKey({ hourly: 100 });
+      const id = await createPaste(server, key, { content: 'expires while counted', expiry: '10m' });
+      server.clock.advance(10 * 60_000 - 1);
+      await lookedUpAgain(server, key); // the key cached: the read takes the lane
+      await redis.connect();
+      // Redis holds every command for 400 ms: the lane has read the paste and waits for its count.
+      await redis.call('CLIENT', 'PAUSE', '400', 'ALL');
+      const read = request(`${server.url}/api/v1/paste/${id}`, { headers: { 'x-api-key': key } });
+      await new Promise((resolve) => setTimeout(resolve, 150));
+      server.clock.advance(1); // expires_at
+      const res = await read;
+      expectError(res, 404, 'not_found');
+      // Counted once (the create, the list, this read), not again by the framework that answered.
+      assert.equal(res.headers.get('ratelimit-remaining'), '97');
+    } finally {
+      redis.disconnect();
       await server.close();
     }
   });

@@ -366,6 +366,12 @@ export class FastLane {
     // Fastify with neither its quota nor its view counted here.
     const body = this.detailBody(paste);
     return this.whenCounted(req, key, (quotaHeaders) => {
+      // The count may have waited (a quota store across the network): a paste that expired
+      // meanwhile is Fastify's to answer (404), its count made, its view not counted.
+      if (!this.deps.pastes.stillLive(paste)) {
+        markQuotaCounted(req, quotaHeaders);
+        return false;
+      }
       this.sendDetail(req, res, paste, body, started, quotaHeaders);
       return true;
     });

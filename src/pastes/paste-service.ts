@@ -17,7 +17,7 @@ import type {
   PasteSummary,
 } from '../storage/paste-repository.js';
 import type { WebhookOutbox } from '../webhooks/webhook-outbox.js';
-import { expiresAt } from './expiry.js';
+import { expiresAt, isExpired } from './expiry.js';
 import { detectLanguage } from './language.js';
 import { OwnerListing } from './owner-listing.js';
 import { hashPassword, verifyPassword } from './passwords.js';
@@ -196,9 +196,20 @@ export class PasteService {
    * as peek() just returned it, to save a second look-up.
    */
   async read(id: string, mode: ReadMode, options: ReadOptions, peeked?: Paste, attempt = 1): Promise<Read> {
-    const paste = peeked?.id === id ? peeked : await this.peek(id);
+    let paste = peeked?.id === id ? peeked : await this.peek(id);
     // The password first: without it, nothing of the paste is told (that it is encrypted, say).
-    if (paste.passwordHash !== null) await this.checkPassword(paste, mode, options);
+    if (paste.passwordHash !== null) {
+      await this.checkPassword(paste, mode, options);
+      // The check waits (a slow hash, queued behind others: seconds under a burst of guesses), so
+      // the paste is looked at again as it is now: one that expired (D12) or was deleted
+      // meanwhile is 404, and one whose password a PUT changed is checked again.
+      const current = await this.peek(id);
+      if (current.passwordHash !== paste.passwordHash) {
+        if (attempt >= BURN_ATTEMPTS) throw notFound();
+        return this.read(id, mode, options, current, attempt + 1);
+      }
+      paste = current;
+    }
     if (mode === 'download' && !isDownloadable(paste)) {
       throw new AppError('not_downloadable', 'This encrypted paste was not made downloadable.');
     }
@@ -271,6 +282,14 @@ export class PasteService {
    */
   readOf(paste: Paste): Read {
     return { paste: { ...paste, viewCount: paste.viewCount + 1 }, burned: false };
+  }
+
+  /**
+   * Whether a paste read a moment ago is still live now (D12): for a caller that waited between
+   * the read and its answer (the fast lane, for a quota store across the network).
+   */
+  stillLive(paste: Paste): boolean {
+    return !isExpired(paste.expiresAt, this.clock());
   }
 
   /** Counts the view that readOf showed. */

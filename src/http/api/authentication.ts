@@ -80,7 +80,8 @@ type Counted = { [RECEIPT]?: QuotaReceipt };
  * anything is counted; a 403 decided later (a paste of another key, one behind a password) gives
  * its count back before the answer goes out, and the answer's quota headers are those without
  * it. Should the store fail, the count stays and the answer goes out as it is. (A request the
- * fast lane counted is a list or a create, which is never refused so.)
+ * fast lane counted is a list, a create, or a read by id whose paste expired while it was
+ * counted: none is refused so.)
  */
 export function giveBackRefusedCounts(app: FastifyInstance, quota: QuotaService): void {
   // A callback hook: every answer passes here, and only a refused one waits for the store.
