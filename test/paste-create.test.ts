@@ -1229,11 +1229,14 @@ describe('POST /api/v1/paste: multipart uploads (D17)', () => {
   }
 
   // The types the common MIME tables give these allowed extensions (Debian's /etc/mime.types,
-  // read by Python's mimetypes and so by requests and httpx), though their names do not say text.
+  // read by Python's mimetypes and so by requests and httpx; mime-db, read by Node's form-data
+  // and so by axios), though their names do not say text.
   for (const [filename, type] of [
     ['build.tcl', 'application/x-tcl'],
     ['run.bat', 'application/x-msdos-program'],
     ['notes.org', 'application/vnd.lotus-organizer'],
+    ['app.ts', 'video/mp2t'],
+    ['query.sql', 'application/x-sql'],
   ] as const) {
     it(`${filename} declared as ${type}, the type the MIME tables give it, is accepted`, async () => {
       const r = await upload(server, key, fileForm('plain words here\n', filename, type));
@@ -1252,6 +1255,11 @@ describe('POST /api/v1/paste: multipart uploads (D17)', () => {
     );
     expectError(
       await upload(server, key, fileForm('plain words here', 'notes.org', 'application/x-msdos-program')),
+      400,
+      'file_type_not_allowed',
+    );
+    expectError(
+      await upload(server, key, fileForm('plain words here', 'clip.txt', 'video/mp2t')),
       400,
       'file_type_not_allowed',
     );

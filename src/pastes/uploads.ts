@@ -125,6 +125,7 @@ const TEXTUAL_APPLICATION_TYPES = new Set([
   'application/x-tex',
   'application/x-latex',
   'application/sql',
+  'application/x-sql',
   'application/graphql',
   'application/x-httpd-php',
   'application/xhtml+xml',
@@ -139,13 +140,17 @@ const TEXTUAL_APPLICATION_TYPES = new Set([
 
 /**
  * Types that the common MIME tables (Debian's /etc/mime.types, which Python's `mimetypes` and so
- * `requests` and `httpx` read) give an allowed extension although their names do not say text:
- * a client that declares what its platform knows the file as is not refused for it. Taken only
- * with that extension (a Lotus Organizer file named `.txt` is not an Org file).
+ * `requests` and `httpx` read; mime-db, which Node's `form-data` and so axios read) give an
+ * allowed extension although their names do not say text: a client that declares what its
+ * platform knows the file as is not refused for it. Taken only with that extension (a Lotus
+ * Organizer file named `.txt` is not an Org file, an MPEG stream named `.txt` not TypeScript).
+ * mime-db's `.bat` type, application/x-msdownload, is not among them: it is the type of `.exe`
+ * and `.dll`, refused whatever the name.
  */
 const TABLE_TYPES_OF_EXTENSION: Record<string, string> = {
   '.bat': 'application/x-msdos-program',
   '.org': 'application/vnd.lotus-organizer',
+  '.ts': 'video/mp2t',
 };
 
 /**
