@@ -1086,6 +1086,20 @@ describe('POST /api/v1/paste: multipart uploads (D17)', () => {
     assert.equal(p.file_size, Buffer.byteLength(text));
   });
 
+  it("blank title, description and language fields are not given: the title and language are the file name's (D17)", async () => {
+    const text = 'package main\n\nfunc main() {}\n';
+    const r = await upload(
+      server,
+      key,
+      fileForm(text, 'main.go', 'text/plain', { title: '', description: '', language: '' }),
+    );
+    assert.equal(r.status, 201, r.text);
+    const p = (await detail(server, key, r.body.data.paste_id)).body.data;
+    assert.equal(p.title, 'main.go');
+    assert.equal(p.description, null);
+    assert.equal(p.language, 'go');
+  });
+
   for (const [filename, language] of [
     ['main.go', 'go'],
     ['lib.rs', 'rust'],

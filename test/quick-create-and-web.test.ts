@@ -223,7 +223,7 @@ describe('quick-create, web pages and HTTP rules', () => {
       assert.equal(data.content_type, 'text', 'a quick-create paste is text even from a file part (D10)');
     });
 
-    it('takes expiry, title, lang and burn from the query', async () => {
+    it('takes expiry, title, lang and burn from the query, a blank one as not given', async () => {
       const id = idFromTextAnswer(
         await cli('?expiry=1h&title=Query%20title&lang=ocaml&burn=1', {
           headers: { 'content-type': 'text/plain' },
@@ -240,6 +240,12 @@ describe('quick-create, web pages and HTTP rules', () => {
       const defaults = await detail(plain);
       assert.equal(toUtc(defaults.expires_at) - toUtc(defaults.created_at), 86_400_000);
       assert.equal(defaults.burn_after_read, false);
+      // A blank title or lang is not given: no empty title stored, the language detected.
+      const python = '#!/usr/bin/env python3\nimport sys\n\ndef main():\n    print(sys.argv)\n';
+      const blanks = await detail(
+        idFromTextAnswer(await cli('?title=&lang=', { headers: { 'content-type': 'text/plain' }, body: python })),
+      );
+      assert.deepEqual([blanks.title, blanks.language], [null, 'python']);
     });
 
     it('takes expiry, title, lang and burn from an urlencoded or multipart form', async () => {

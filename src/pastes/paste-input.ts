@@ -89,6 +89,9 @@ function textProblem(value: string): string | null {
   return null;
 }
 
+/** Fields whose blank value in a form means not given (readFields). */
+const BLANK_IS_ABSENT_IN_FORMS = new Set(['title', 'description', 'language', 'password']);
+
 /** Checks names and kinds; unknown fields and wrong types are problems, never ignored (D8). */
 function readFields<F extends Record<string, FieldKind>>(
   raw: Record<string, unknown>,
@@ -104,6 +107,10 @@ function readFields<F extends Record<string, FieldKind>>(
     }
     const kind = fields[name];
     if (value === undefined) continue;
+    // A form sends a text box left blank (or a script's empty variable) as an empty value: not
+    // given, so an upload's title and language default to its file's (D17), a language is
+    // detected, and no empty title or description is stored.
+    if (encoding === 'form' && value === '' && BLANK_IS_ABSENT_IN_FORMS.has(name)) continue;
     if (kind === 'boolean') {
       if (encoding === 'json' && typeof value === 'boolean') values[name] = value;
       else if (encoding === 'form' && typeof value === 'string' && parseFormBoolean(value) !== undefined) {

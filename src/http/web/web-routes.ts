@@ -32,14 +32,12 @@ export interface WebDeps extends AccessDeps {
 
 /** The home page form's fields (pages.ts homePage); any other is refused, as D8 says. */
 const CREATE_FORM_FIELDS = new Set(['content', 'title', 'language', 'expiry', 'burn', 'password', 'public', 'encrypt']);
-/** Fields a form sends empty when left blank: blank is not given. */
-const BLANK_IS_ABSENT = new Set(['title', 'language', 'password']);
 
 /**
- * The create fields of the home page's form: each known field once, UTF-8, blanks left out. The
- * rules of a create are parseCreateInput's, as for every other entry point. A browser sends a
- * textarea's line breaks as CRLF whatever was typed or pasted (HTML's form submission converts
- * them), so the content's CRLFs are turned back into the LFs the text had in the page.
+ * The create fields of the home page's form: each known field once, UTF-8. The rules of a create
+ * (blanks left out among them) are parseCreateInput's, as for every other entry point. A
+ * browser sends a textarea's line breaks as CRLF whatever was typed or pasted (HTML's form
+ * submission converts them), so the content's CRLFs are turned back into the LFs of the page.
  */
 function createFormFields(body: unknown): Record<string, string> {
   if (!(body instanceof UrlEncodedBody)) {
@@ -51,7 +49,7 @@ function createFormFields(body: unknown): Record<string, string> {
     if (!CREATE_FORM_FIELDS.has(name)) problems.push({ field: name, message: 'is not a known field' });
     else if (typeof value !== 'string') problems.push({ field: name, message: 'is given more than once' });
     else if (name === 'content') fields[name] = value.replace(/\r\n/g, '\n');
-    else if (!(value === '' && BLANK_IS_ABSENT.has(name))) fields[name] = value;
+    else fields[name] = value;
   }
   if (problems.length > 0) throw invalidRequest(problems);
   return fields;
