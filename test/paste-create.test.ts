@@ -1427,6 +1427,20 @@ describe('POST /api/v1/paste: multipart uploads (D17)', () => {
     return postRaw(server, key, body, { 'content-type': `multipart/form-data; boundary=${boundary}` });
   };
 
+  it('a file part without a file name is 400 invalid_request naming the file, not an unreadable body', async () => {
+    const boundary = `b${randomBytes(8).toString('hex')}`;
+    const noName = multipartBody(boundary, [
+      { disposition: 'form-data; name="file"', type: 'application/octet-stream', data: 'some notes' },
+    ]);
+    const r = await postRaw(server, key, noName, { 'content-type': `multipart/form-data; boundary=${boundary}` });
+    expectError(r, 400, 'invalid_request');
+    assert.deepEqual(r.body.details, [{ field: 'file', message: 'is required, with its file name' }]);
+    // A browser's file input left empty: filename="" and no bytes.
+    const empty = await uploadDisposed('form-data; name="file"; filename=""', '');
+    expectError(empty, 400, 'invalid_request');
+    assert.deepEqual(empty.body.details, [{ field: 'file', message: 'is required, with its file name' }]);
+  });
+
   it('a filename with U+202E sent as RFC 5987 filename* is stored without it', async () => {
     const r = await uploadDisposed(`form-data; name="file"; filename*=UTF-8''report%E2%80%AEtxt.md`, 'some markdown');
     assert.equal(r.status, 201, r.text);

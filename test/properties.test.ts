@@ -1620,7 +1620,11 @@ describe('properties: every endpoint under random and malformed input', () => {
           }
           // A file part that comes first is checked before anything else is read (D17).
           if (sound && position === 0 && c.file.name === 'file') {
-            if (c.file.filename.kind === 'bad') return expectAnswer(x, 400, 'file_type_not_allowed', ['file']);
+            if (c.file.filename.kind === 'bad') {
+              // A name of only dots is no name once the parser takes its last path part: none sent.
+              if (/^\.{1,2}$/.test(c.file.filename.value)) return expectAnswer(x, 400, 'invalid_request', ['file']);
+              return expectAnswer(x, 400, 'file_type_not_allowed', ['file']);
+            }
             if (c.file.filename.kind === 'good' && c.file.type.kind === 'bad') {
               return expectAnswer(x, 400, 'file_type_not_allowed', ['file']);
             }

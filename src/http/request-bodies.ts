@@ -387,9 +387,11 @@ export async function readMultipartForm(request: FastifyRequest, options: Multip
         if (!options.fileFields.has(part.fieldname)) {
           throw invalidRequest([{ field: part.fieldname, message: 'may not carry a file' }]);
         }
-        options.checkFile?.(part.filename, part.mimetype);
+        // A part typed as bytes may come without a name (undefined, whatever the types say).
+        const filename = part.filename ?? '';
+        options.checkFile?.(filename, part.mimetype);
         const bytes = await Promise.race([readFilePart(part.file, options.maxFileBytes), stalled]);
-        file = { field: part.fieldname, filename: part.filename, mimeType: part.mimetype, bytes };
+        file = { field: part.fieldname, filename, mimeType: part.mimetype, bytes };
       } else {
         if (Object.keys(fields).length === MAX_TEXT_FIELDS) throw new request.server.multipartErrors.FieldsLimitError();
         const bytes = await Promise.race([readFilePart(part.file, MAX_TEXT_BYTES), stalled]);

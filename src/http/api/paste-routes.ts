@@ -89,7 +89,12 @@ export function announcedLength(request: FastifyRequest): number | undefined {
   return header === undefined ? undefined : Number(header);
 }
 
-function checkUploadType(filename: string, mimeType: string): void {
+function checkUploadType(sentName: string, mimeType: string): void {
+  // A file part without a name (a browser's file input left empty sends filename=""; a client
+  // may send bytes with none at all): no extension to judge it by. A name sent that holds none
+  // once made safe ("..", "dir/") is a name of a type not accepted.
+  if (sentName === '') throw invalidRequest([{ field: 'file', message: 'is required, with its file name' }]);
+  const filename = safeFilename(sentName);
   if (!isAllowedExtension(filename)) {
     throw new AppError('file_type_not_allowed', 'This file extension is not accepted; only text and code files are.', {
       details: [{ field: 'file', message: 'extension not allowed' }],
@@ -113,7 +118,7 @@ async function readUpload(request: FastifyRequest): Promise<{ input: CreateInput
   const form = await readMultipartForm(request, {
     fileFields: FILE_FIELDS,
     maxFileBytes: MAX_UPLOAD_BYTES,
-    checkFile: (name, mime) => checkUploadType(safeFilename(name), mime),
+    checkFile: checkUploadType,
   });
   if (!form.file) throw invalidRequest([{ field: 'file', message: 'is required' }]);
   if ('content' in form.fields)
