@@ -334,8 +334,20 @@ function quotaCountingSuite(store: Store): void {
       assertStatus(await read(), 200, 'the next hour, second');
       assertRateLimited(await read(), 3600, 'the next hour, third');
       await server.services.keys.setLimits(key, { hourly: 5 });
-      for (let i = 0; i < 3; i++) assertStatus(await read(), 200, `raised to 5, read ${i + 3}`);
+      // The refused third counted (D20: every authenticated request): two more pass.
+      for (let i = 0; i < 2; i++) assertStatus(await read(), 200, `raised to 5, read ${i + 4}`);
       assertRateLimited(await read(), 3600, 'raised to 5, read 6');
+    });
+
+    it('a request refused with 429 counts in every window (D20: every authenticated request)', async (t) => {
+      const server = await startAt(t, Date.UTC(2026, 4, 6, 10, 0, 0));
+      const key = await server.createKey(limits(1, 3, 0));
+      assertStatus(await listWith(server, key), 200, '10:00 (hour 1 of 1, day 1 of 3)');
+      assertRateLimited(await listWith(server, key), 3600, '10:00 again (day 2 of 3)');
+      assertRateLimited(await listWith(server, key), 3600, '10:00 once more (day 3 of 3)');
+      server.clock.now = Date.UTC(2026, 4, 6, 11, 0, 0);
+      // A fresh hour, but the day's three are spent: refused until midnight.
+      assertRateLimited(await listWith(server, key), 13 * 3600, '11:00 (day 4 of 3)');
     });
 
     it('daily rolls over at midnight UTC: used up at 23:59:59, free again at 00:00:00', async (t) => {

@@ -17,7 +17,7 @@ import { isStorageFull, isStorageRefusingWrites } from '../storage/unavailable.j
 export interface CounterStore {
   /** Adds one and returns the new count; the counter lives `ttlSeconds` from its first use. */
   increment(key: string, ttlSeconds: number): Promise<number>;
-  /** Takes one back (a request refused by another window is not counted). */
+  /** Takes one back (a request refused with 401 or 403 after it was counted counts nothing). */
   decrement(key: string, ttlSeconds: number): Promise<void>;
   /** The current count (0 when none). */
   read(key: string): Promise<number>;

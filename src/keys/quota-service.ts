@@ -189,7 +189,7 @@ export class QuotaService {
     );
   }
 
-  /** consume()'s count: each limited window as counted; 429 past a limit, with nothing counted. */
+  /** consume()'s count: each limited window as counted; 429 past a limit, its count kept. */
   private async count(subject: string, limits: Limits): Promise<Counted[]> {
     const now = this.clock();
     const counted = windowsAt(now)
@@ -209,10 +209,9 @@ export class QuotaService {
     );
     const exhausted = windows.filter((w) => w.used > w.limit);
     if (exhausted.length > 0) {
-      // A refused request is served nothing, so it uses up nothing: each count is taken back,
-      // and a client retrying on 429 does not burn its daily or monthly budget.
-      await Promise.all(windows.map((w) => this.counters.decrement(w.key, w.ttlSeconds)));
-      for (const w of windows) w.remaining = Math.max(0, w.limit - (w.used - 1));
+      // D20 counts every authenticated request, a 429 too (only a 401 or 403 counts against
+      // nothing): the counts stay, so a client that keeps sending through an exhausted hour
+      // spends its day's and month's budget as it goes.
       const headers = quotaHeaders(windows);
       const retryAfter = Math.max(...exhausted.map((w) => w.resetSeconds));
       if (subject.startsWith(KEY_SUBJECT)) this.rememberRefused(subject, now + retryAfter * 1000, now);
