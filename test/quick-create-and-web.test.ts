@@ -534,6 +534,16 @@ describe('quick-create, web pages and HTTP rules', () => {
       }
       assert.equal(await pasteCount(), countBefore);
     });
+
+    it('an empty X-API-Key is no key: an anonymous create, as the usage page is open', async () => {
+      const answer = await cli('', { headers: { 'content-type': 'text/plain', 'x-api-key': '' }, body: 'no key here' });
+      assert.equal(answer.status, 201, answer.text);
+      const id = idFromTextAnswer(answer);
+      assert.ok(!(await listIds(key)).includes(id));
+      assert.equal((await detail(id)).content, 'no key here');
+      const usage = await request(`${server.url}/api/v1/cli`, { headers: { 'x-api-key': '' } });
+      assert.equal(usage.status, 200, usage.text);
+    });
   });
 
   describe('GET /api/v1/cli', () => {

@@ -50,6 +50,15 @@ function presentedKey(request: FastifyRequest): string | undefined {
 }
 
 /**
+ * Whether a key was sent to a route open without one: an empty X-API-Key (a script's unset
+ * variable) is none, as authenticate() takes it everywhere (401 api_key_missing where one is needed).
+ */
+function keySent(request: FastifyRequest): boolean {
+  const presented = presentedKey(request);
+  return presented !== undefined && presented !== '';
+}
+
+/**
  * Authenticates, then counts the request against the key's windows (429 past a limit). A key
  * looked up within the last second and counters held in memory answer at once; anything else
  * (and every refusal) takes the full path.
@@ -113,7 +122,7 @@ export function requireApiKey(deps: AccessDeps) {
  */
 export function keyIfSent(deps: AccessDeps) {
   return async (request: FastifyRequest, reply: FastifyReply): Promise<void> => {
-    if (presentedKey(request) !== undefined) await admitKey(deps, request, reply);
+    if (keySent(request)) await admitKey(deps, request, reply);
     else request.apiKey = null;
   };
 }
@@ -125,7 +134,7 @@ export function keyIfSent(deps: AccessDeps) {
  */
 export function optionalApiKey(deps: AccessDeps & { anonymousAllowed: boolean; anonHourlyLimit: number }) {
   return async (request: FastifyRequest, reply: FastifyReply): Promise<void> => {
-    if (presentedKey(request) !== undefined || !deps.anonymousAllowed) {
+    if (keySent(request) || !deps.anonymousAllowed) {
       await admitKey(deps, request, reply);
       return;
     }
