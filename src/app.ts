@@ -186,9 +186,14 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
       done(SHUTTING_DOWN);
       return;
     }
-    if (!config.apiEnabled && isApiRequest(request)) {
-      done(new AppError('api_disabled', 'The API is turned off on this server.'));
-      return;
+    if (isApiRequest(request)) {
+      // A paste's content (a view-once one's too), a key's list and quota: no shared cache
+      // (one that ignores X-API-Key) may keep them, as for the pages and /raw.
+      reply.header('cache-control', 'no-store');
+      if (!config.apiEnabled) {
+        done(new AppError('api_disabled', 'The API is turned off on this server.'));
+        return;
+      }
     }
     const encoding = request.headers['content-encoding'];
     if (encoding !== undefined && encoding.toLowerCase() !== 'identity') {

@@ -737,6 +737,53 @@ function dispositionFilename(header: string): string | undefined {
   return /;\s*filename=([^;\s]+)/i.exec(header)?.[1];
 }
 
+describe('API answers are kept by no cache', () => {
+  it("every API answer, the fast lane's and the framework's, success or error, is Cache-Control: no-store", async () => {
+    const server = await startServer();
+    try {
+      const key = await server.createKey({ name: 'no-store' });
+      const keyed = { 'x-api-key': key };
+      const at = (path: string) => `${server.url}${path}`;
+      const id = await createPaste(server, key, { content: 'kept by no cache' });
+      const burn = await createPaste(server, key, { content: 'view once', burn: true });
+      const upload = new FormData();
+      upload.append('file', new Blob(['a file'], { type: 'text/plain' }), 'a.txt');
+      const answers: Array<[string, Result]> = [
+        [
+          'create (lane)',
+          await request(at('/api/v1/paste'), { method: 'POST', headers: keyed, json: { content: 'abc' } }),
+        ],
+        ['by id (lane)', await request(at(`/api/v1/paste/${id}`), { headers: keyed })],
+        ['by id (framework)', await request(at(`/api/v1/paste/${id}?via=framework`), { headers: keyed })],
+        ['view-once by id', await request(at(`/api/v1/paste/${burn}`), { headers: keyed })],
+        ['list (lane)', await request(at('/api/v1/pastes'), { headers: keyed })],
+        ['list (framework)', await request(at('/api/v1/pastes?page=%31'), { headers: keyed })],
+        ['raw', await request(at(`/api/v1/paste/${id}/raw`), { headers: keyed })],
+        ['upload', await request(at('/api/v1/paste'), { method: 'POST', headers: keyed, body: upload })],
+        ['update', await request(at(`/api/v1/paste/${id}`), { method: 'PUT', headers: keyed, json: { title: 't' } })],
+        [
+          'quick-create',
+          await request(at('/api/v1/cli'), {
+            method: 'POST',
+            headers: { 'content-type': 'text/plain' },
+            body: 'hello',
+          }),
+        ],
+        ['usage', await request(at('/api/v1/cli'))],
+        ['404', await request(at('/api/v1/paste/unknown0001'), { headers: keyed })],
+        ['401', await request(at('/api/v1/pastes'))],
+        ['delete', await request(at(`/api/v1/paste/${id}`), { method: 'DELETE', headers: keyed })],
+      ];
+      for (const [what, answer] of answers) {
+        assert.ok(answer.status < 500, `${what}: ${answer.status}`);
+        assert.equal(answer.headers.get('cache-control'), 'no-store', what);
+      }
+    } finally {
+      await server.close();
+    }
+  });
+});
+
 describe('uploaded file names never reach a header or a page unescaped (D17)', () => {
   // paste-create.test.ts checks that ../, U+202E and CR/LF are removed from the stored name and
   // the Content-Disposition; here the same names and HTML, through /download's raw headers, the

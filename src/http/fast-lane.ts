@@ -101,7 +101,12 @@ const TEXT_HEADERS = {
   'content-type': 'text/plain; charset=utf-8',
   'cache-control': 'no-store',
 };
-const JSON_HEADERS = { ...SECURITY_HEADERS, 'content-type': 'application/json; charset=utf-8' };
+/** The API's answers (app.ts): no shared cache keeps them. */
+const JSON_HEADERS = {
+  ...SECURITY_HEADERS,
+  'content-type': 'application/json; charset=utf-8',
+  'cache-control': 'no-store',
+};
 /** Added to an answer finished once the server has begun to close (app.ts answers the rest). */
 const CLOSE = { connection: 'close' };
 const HTML_HEADERS = { ...SECURITY_HEADERS, 'content-type': 'text/html; charset=utf-8', 'cache-control': 'no-store' };
