@@ -118,6 +118,13 @@ function readBaseUrl(env: Env, port: number): string {
       'BASE_URL must be a plain address (no user, password, query or fragment), as addresses are built on it',
     );
   }
+  // The pages, their scripts and forms link from the root of the host: under a path, the API's
+  // addresses would work and the web pages (decryption, view-once, passwords) would not.
+  if (url.pathname.replace(/\/+$/, '') !== '') {
+    throw new ConfigError(
+      `BASE_URL must be the service's origin without a path (got the path "${url.pathname}"): serve fastpaste at the root of a host`,
+    );
+  }
   return raw.replace(/\/+$/, '');
 }
 

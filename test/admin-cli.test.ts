@@ -396,6 +396,8 @@ describe('fastpaste command', () => {
       [['keys', 'list'], { CONTENT_BLOCKLIST_FILE: dir }, 'CONTENT_BLOCKLIST_FILE'],
       [['serve'], { BASE_URL: 'https://paste.example/?tracking=1' }, 'BASE_URL'],
       [['serve'], { BASE_URL: 'https://paste.example/#' }, 'BASE_URL'],
+      // The pages link from the root: under a path they would not work.
+      [['serve'], { BASE_URL: 'https://example.com/paste' }, 'BASE_URL'],
       // The line never shows a password of the URL it refuses.
       [['keys', 'list'], { DATABASE_URL: 'mysql://admin:s3cret-pw@db.example/x' }, 'DATABASE_URL'],
       [['serve'], { REDIS_URL: 'redis://admin:s3cret-pw@redis.example:99999' }, 'REDIS_URL'],
