@@ -246,6 +246,13 @@ describe('quick-create, web pages and HTTP rules', () => {
         idFromTextAnswer(await cli('?title=&lang=', { headers: { 'content-type': 'text/plain' }, body: python })),
       );
       assert.deepEqual([blanks.title, blanks.language], [null, 'python']);
+      // A language refused is named as it was sent: lang.
+      const refused = await cli('?lang=objective%20c', { headers: { 'content-type': 'text/plain' }, body: 'words' });
+      expectError(refused, 400, 'invalid_request');
+      assert.deepEqual(
+        refused.body.details.map((d: { field: string }) => d.field),
+        ['lang'],
+      );
     });
 
     it('takes expiry, title, lang and burn from an urlencoded or multipart form', async () => {

@@ -137,6 +137,19 @@ export function anonymousCreateOptions(
   };
 }
 
+/**
+ * Runs the create's checks, a refusal naming the language as quick-create's clients send it
+ * (`lang`, D7: details name the bad field).
+ */
+function asSent<T>(check: () => T): T {
+  try {
+    return check();
+  } catch (err) {
+    if (!(err instanceof AppError) || !err.details?.some((d) => d.field === 'language')) throw err;
+    throw invalidRequest(err.details.map((d) => (d.field === 'language' ? { ...d, field: 'lang' } : d)));
+  }
+}
+
 export async function registerCliRoutes(
   app: FastifyInstance,
   deps: ApiDeps & { anonymousAllowed: boolean; anonHourlyLimit: number; contentChecker: ContentChecker },
@@ -153,7 +166,7 @@ export async function registerCliRoutes(
     if (params.title !== undefined) fields.title = params.title;
     if (params.lang !== undefined) fields.language = params.lang;
     if (params.burn !== undefined) fields.burn = params.burn;
-    const input = parseCreateInput(fields, 'form');
+    const input = asSent(() => parseCreateInput(fields, 'form'));
     // After the title's own rules: a title they refuse is invalid_request, not content_rejected.
     if (anonymous) deps.contentChecker.checkTitle(input.title);
     const created = await pastes.create(input, {
