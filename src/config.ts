@@ -91,11 +91,14 @@ function readInteger(env: Env, name: string, fallback: number, min: number, max:
  * stderr, and from there to the supervisor's logs; a webhook URL's to the CLI and last_error).
  */
 export function withoutCredentials(raw: string): string {
-  return raw.replace(/^([a-z][a-z0-9+.-]*:\/\/)[^/?#]*@/i, '$1***@');
+  // Up to the last @: a password may hold / ? # or @ unencoded (then the URL does not parse,
+  // which is exactly when a message shows it); a path's own @ is left out too, which is harmless.
+  return raw.replace(/^([a-z][a-z0-9+.-]*:\/\/).*@/is, '$1***@');
 }
 
 function readUrl(env: Env, name: string, fallback: string | null, protocols: string[]): string | null {
-  const raw = env[name];
+  // Trimmed as the other settings are: a trailing space would be in every address built on it.
+  const raw = env[name]?.trim();
   if (raw === undefined || raw === '') return fallback;
   let url: URL;
   try {
@@ -107,6 +110,29 @@ function readUrl(env: Env, name: string, fallback: string | null, protocols: str
     throw new ConfigError(`${name} must start with ${protocols.map((p) => `${p}//`).join(' or ')}`);
   }
   return raw;
+}
+
+/** DATABASE_URL: an SQLite file, or a PostgreSQL URL that parses (pg would throw a stack later). */
+function readDatabaseUrl(env: Env): string {
+  const databaseUrl = env.DATABASE_URL?.trim() || 'sqlite:./data/fastpaste.db';
+  if (databaseUrl.startsWith('sqlite:')) {
+    // An empty path would be an in-memory database: every paste and key gone at exit.
+    if (databaseUrl === 'sqlite:') throw new ConfigError('DATABASE_URL names no SQLite file: give sqlite:<path>');
+    return databaseUrl;
+  }
+  if (!/^(postgres:\/\/|postgresql:\/\/)/.test(databaseUrl)) {
+    throw new ConfigError(
+      `DATABASE_URL must start with sqlite: or postgres://, got "${withoutCredentials(databaseUrl)}"`,
+    );
+  }
+  try {
+    new URL(databaseUrl);
+  } catch {
+    throw new ConfigError(
+      `DATABASE_URL must be a URL (a / ? # or @ in the password percent-encoded), got "${withoutCredentials(databaseUrl)}"`,
+    );
+  }
+  return databaseUrl;
 }
 
 /** BASE_URL: where the service is reached, which every address it gives starts with. */
@@ -154,12 +180,7 @@ export function loadConfig(env: Env = process.env): Config {
   const port = readInteger(env, 'PORT', 8080, 0, 65535);
   const host = env.HOST?.trim() || '127.0.0.1';
   const baseUrl = readBaseUrl(env, port);
-  const databaseUrl = env.DATABASE_URL?.trim() || 'sqlite:./data/fastpaste.db';
-  if (!/^(sqlite:|postgres:\/\/|postgresql:\/\/)/.test(databaseUrl)) {
-    throw new ConfigError(
-      `DATABASE_URL must start with sqlite: or postgres://, got "${withoutCredentials(databaseUrl)}"`,
-    );
-  }
+  const databaseUrl = readDatabaseUrl(env);
   const requestTimeoutSeconds = readInteger(env, 'REQUEST_TIMEOUT_SECONDS', 120, 1, 3600);
   const headersTimeoutSeconds = readInteger(env, 'HEADERS_TIMEOUT_SECONDS', 30, 1, 3600);
   if (headersTimeoutSeconds > requestTimeoutSeconds) {

@@ -401,6 +401,11 @@ describe('fastpaste command', () => {
       // The line never shows a password of the URL it refuses.
       [['keys', 'list'], { DATABASE_URL: 'mysql://admin:s3cret-pw@db.example/x' }, 'DATABASE_URL'],
       [['serve'], { REDIS_URL: 'redis://admin:s3cret-pw@redis.example:99999' }, 'REDIS_URL'],
+      // A password holding / (base64's) unencoded: the URL does not parse, the line still hides it.
+      [['serve'], { REDIS_URL: 'redis://:ab/s3cret-pw@redis.example:6379' }, 'REDIS_URL'],
+      [['keys', 'list'], { DATABASE_URL: 'postgres://fastpaste:ab/s3cret-pw@db.example:5432/fp' }, 'DATABASE_URL'],
+      // An empty SQLite path would be a database in memory, every key and paste gone at exit.
+      [['keys', 'list'], { DATABASE_URL: 'sqlite:' }, 'DATABASE_URL'],
     ];
     const runs = await Promise.all(
       cases.map(([args, bad]) => fastpaste(args, { DATABASE_URL: databaseUrl, PORT: '0', ...bad })),
@@ -432,6 +437,8 @@ describe('fastpaste command', () => {
       const cases: Array<[string[], Record<string, string>, RegExp]> = [
         [['serve'], { PORT: port, DATABASE_URL: `sqlite:${join(dir, 'port-taken.db')}` }, /EADDRINUSE/],
         [['keys', 'list'], { PORT: '0', DATABASE_URL: 'postgres://nobody@127.0.0.1:1/none' }, /ECONNREFUSED/],
+        // SQLite refusing its file (here a directory): named as DATABASE_URL's.
+        [['keys', 'list'], { PORT: '0', DATABASE_URL: `sqlite:${dir}` }, /^fastpaste: DATABASE_URL: .*SQLITE_CANTOPEN/],
       ];
       for (const [args, env, message] of cases) {
         const run = await fastpaste(args, { LOG_LEVEL: 'silent', ...env });

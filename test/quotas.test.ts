@@ -853,6 +853,8 @@ describe('anonymous content check (400 content_rejected)', () => {
     for (const [name, value] of cases) {
       assert.throws(() => loadConfig({ [name]: value }), new RegExp(name), `${name}=${value}`);
     }
+    // Settings are trimmed: a trailing space in BASE_URL would be in every address given out.
+    assert.equal(loadConfig({ BASE_URL: ' https://paste.example.com/ \n' }).baseUrl, 'https://paste.example.com');
     const defaults = loadConfig({});
     assert.equal(defaults.apiEnabled, true);
     assert.equal(defaults.anonymousCli, true);
