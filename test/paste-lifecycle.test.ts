@@ -8,7 +8,7 @@ import { createHash } from 'node:crypto';
 import http from 'node:http';
 import { after, before, describe, it } from 'node:test';
 import { hashPassword } from '../src/pastes/passwords.js';
-import { encryptForTest, expectError, request, sqlText, startServer, type TestServer } from './helpers.js';
+import { encryptForTest, expectError, onPostgres, request, sqlText, startServer, type TestServer } from './helpers.js';
 
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
@@ -565,6 +565,42 @@ describe('burn after read (D11)', () => {
     assert.equal(again.paste_id, slug);
     await server.services.pastes.views.flush();
     assert.equal((await getDetail(server, key, slug)).body.data.view_count, 1);
+  });
+
+  it('a burn (and a DELETE) whose cleanup of counted views fails after the delete still answers: the content is not lost (D11)', async () => {
+    // The storage refuses every delete of counted views, as a pool out of connections or a lost
+    // connection would refuse the statement after the paste's own delete committed.
+    const refuse = onPostgres
+      ? [
+          `CREATE FUNCTION refuse_view_delete() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'refused by the test'; END $$`,
+          'CREATE TRIGGER refuse_view_delete BEFORE DELETE ON paste_views FOR EACH ROW EXECUTE FUNCTION refuse_view_delete()',
+        ]
+      : [
+          `CREATE TRIGGER refuse_view_delete BEFORE DELETE ON paste_views BEGIN SELECT RAISE(ABORT, 'refused by the test'); END`,
+        ];
+    const made = async (content: string) => {
+      const created = await createPaste(server, key, { content });
+      assert.equal((await getDetail(server, key, created.paste_id)).status, 200);
+      await server.services.pastes.views.flush(); // a count stored beside the paste
+      return created.paste_id;
+    };
+    const burnId = await made('the one reader gets this');
+    const deleteId = await made('deleted all the same');
+    assert.equal((await put(server, key, burnId, { burn: true })).status, 200);
+    for (const statement of refuse) await server.sql(statement);
+    try {
+      const burned = await getDetail(server, key, burnId);
+      assert.equal(burned.status, 200, burned.text);
+      assert.equal(burned.body.data.content, 'the one reader gets this');
+      assert.equal(burned.body.data.burned, true);
+      await expectGone(server, key, burnId);
+      const removed = await del(server, key, deleteId);
+      assert.equal(removed.status, 200, removed.text);
+      await expectGone(server, key, deleteId);
+    } finally {
+      await server.sql('DROP TRIGGER refuse_view_delete' + (onPostgres ? ' ON paste_views' : ''));
+      if (onPostgres) await server.sql('DROP FUNCTION refuse_view_delete()');
+    }
   });
 
   it('a read checked before a PUT put the paste behind a password burns nothing and is refused, not handed the new content', async () => {

@@ -960,9 +960,19 @@ export class PasteRepository {
     return toPaste(row);
   }
 
-  /** Drops the counted views of a paste that is gone, so that a new paste with its id starts at 0. */
+  /**
+   * Drops the counted views of a paste that is gone, so that a new paste with its id starts at 0.
+   * Run after the paste's delete has committed, so it never fails the caller: a burned paste's one
+   * reader must get its content (D11), and a DELETE that happened must not be answered 503. A row
+   * left behind is harmless: counts are tagged with their paste's creation time (migration 0007),
+   * and a paste made again under the id has another.
+   */
   private async forgetViews(id: string): Promise<void> {
-    await this.db.deleteFrom('paste_views').where('paste_id', '=', id).execute();
+    try {
+      await this.db.deleteFrom('paste_views').where('paste_id', '=', id).execute();
+    } catch {
+      // Left for the tag to keep apart (above).
+    }
   }
 
   /**
