@@ -126,7 +126,9 @@ function readDatabaseUrl(env: Env): string {
     );
   }
   try {
-    new URL(databaseUrl);
+    // libpq's socket form has credentials and no host (postgres://user:pw@/db?host=/run/pg):
+    // the URL parser refuses that, pg reads it (as pg-connection-string does, with a host put in).
+    new URL(databaseUrl.replace('@/', '@localhost/'));
   } catch {
     throw new ConfigError(
       `DATABASE_URL must be a URL (a / ? # or @ in the password percent-encoded), got "${withoutCredentials(databaseUrl)}"`,

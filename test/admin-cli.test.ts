@@ -463,6 +463,14 @@ describe('fastpaste command', () => {
     assert.equal(refusalMessage(both), 'connect ECONNREFUSED ::1:1; connect ECONNREFUSED 127.0.0.1:1');
     assert.equal(refusalMessage(Object.assign(new Error(''), { code: 'ENOTFOUND' })), 'ENOTFOUND');
     assert.equal(isRefusal(new TypeError('a fault of our own')), false);
+    // SQLite refusing its file is a refusal; an error of a statement is a fault of our own.
+    assert.equal(
+      isRefusal(Object.assign(new Error('unable to open database file'), { code: 'SQLITE_CANTOPEN' })),
+      true,
+    );
+    assert.equal(isRefusal(Object.assign(new Error('disk I/O error'), { code: 'SQLITE_IOERR_WRITE' })), true);
+    assert.equal(isRefusal(Object.assign(new Error('no such column: x'), { code: 'SQLITE_ERROR' })), false);
+    assert.equal(isRefusal(Object.assign(new Error('UNIQUE failed'), { code: 'SQLITE_CONSTRAINT_UNIQUE' })), false);
     assert.equal(isRefusal(Object.assign(new Error('password authentication failed'), { code: '28P01' })), true);
   });
 

@@ -853,6 +853,9 @@ describe('anonymous content check (400 content_rejected)', () => {
     for (const [name, value] of cases) {
       assert.throws(() => loadConfig({ [name]: value }), new RegExp(name), `${name}=${value}`);
     }
+    // libpq's socket form (credentials, no host) is a PostgreSQL URL pg reads.
+    const socket = 'postgres://fastpaste:pw@/fastpaste?host=/var/run/postgresql';
+    assert.equal(loadConfig({ DATABASE_URL: socket }).databaseUrl, socket);
     // Settings are trimmed: a trailing space in BASE_URL would be in every address given out.
     assert.equal(loadConfig({ BASE_URL: ' https://paste.example.com/ \n' }).baseUrl, 'https://paste.example.com');
     const defaults = loadConfig({});

@@ -9,9 +9,13 @@ export function isRefusal(err: unknown): boolean {
   return typeof code === 'string' && (/^(E[A-Z]+|[0-9A-Z]{5})$/.test(code) || isSqliteRefusal(code));
 }
 
-/** SQLite's codes (SQLITE_CANTOPEN, SQLITE_NOTADB, SQLITE_BUSY…): the file DATABASE_URL names. */
+/**
+ * SQLite refusing the file DATABASE_URL names (it cannot be opened, is no database, is damaged,
+ * read-only, full, locked by another process, failing on the disk), with any extended code. Any
+ * other SQLite error (SQLITE_ERROR from a statement, a constraint) is a fault of fastpaste's own.
+ */
 function isSqliteRefusal(code: string): boolean {
-  return /^SQLITE_[A-Z_]+$/.test(code);
+  return /^SQLITE_(CANTOPEN|NOTADB|CORRUPT|READONLY|PERM|AUTH|FULL|BUSY|LOCKED|IOERR)(_[A-Z_]+)?$/.test(code);
 }
 
 /**
