@@ -458,6 +458,19 @@ describe('password-protected pastes (D7, D13)', () => {
     await Promise.all(more);
   });
 
+  it('a PUT of a password whose hash waits while the paste expires is 404 and brings nothing back (D12)', async () => {
+    const decoy = await createPaste(server, key, { content: 'decoy for a PUT', password: 'decoy-pw' });
+    const expiring = await createPaste(server, key, { content: 'expires under a PUT', expiry: '10m' });
+    server.clock.advance(10 * 60_000 - 1);
+    const guesses = Array.from({ length: 6 }, () => getWeb(server, `/raw/${decoy.paste_id}`, 'wrong'));
+    const update = put(server, key, expiring.paste_id, { password: 'late-pw', expiry: '1h' });
+    await new Promise((resolve) => setTimeout(resolve, 40));
+    server.clock.advance(1); // expires_at, while the new password's hash waits its turn
+    expectError(await update, 404, 'not_found');
+    await Promise.all(guesses);
+    await expectGone(server, key, expiring.paste_id);
+  });
+
   it('a refused API read does not consume a burn + password paste', async () => {
     const created = await createPaste(server, key, { content: 'burn pw', password: 'pw-burn', burn: true });
     expectError(await getDetail(server, key, created.paste_id), 403, 'password_protected');

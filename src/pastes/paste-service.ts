@@ -111,6 +111,9 @@ export class PasteService {
   readonly views: ViewCounter;
 
   async create(input: CreateInput, context: CreateContext): Promise<Created> {
+    // The password is hashed first: the hash may wait behind others (two at a time), and the
+    // paste's time (created_at, expires_at) is the time it is made, not before that wait.
+    const passwordHash = input.password ? await hashPassword(input.password) : null;
     const now = this.clock();
     const filename = context.filename ?? null;
     const language =
@@ -139,7 +142,7 @@ export class PasteService {
       // Ignored when a password, burn or encryption is used (api-v1.md): not kept for later, so
       // lifting the password or the burn by PUT never lists a paste its creator kept unlisted.
       public: input.public && !input.password && !input.burn && !input.encrypt,
-      passwordHash: input.password ? await hashPassword(input.password) : null,
+      passwordHash,
       source: context.source,
       creatorIp: context.ip,
     };
@@ -334,6 +337,10 @@ export class PasteService {
     if (current.ownerKeyId !== ownerKeyId) {
       throw new AppError('forbidden', 'This paste was not created with your API key.');
     }
+    // Hashed before the time is taken (see create): a paste that expired while the hash waited
+    // is not updated (nor brought back by a new expiry), and a new expiry counts from now.
+    const passwordHash =
+      input.password === undefined || input.password === null ? input.password : await hashPassword(input.password);
     const now = this.clock();
     const changes: PasteChanges = {};
     if (input.content !== undefined) {
@@ -356,9 +363,7 @@ export class PasteService {
     if (input.language !== undefined) changes.language = input.language;
     if (input.expiry !== undefined) changes.expiresAt = expiresAt(input.expiry, now);
     if (input.burn !== undefined) changes.burnAfterRead = input.burn;
-    if (input.password !== undefined) {
-      changes.passwordHash = input.password === null ? null : await hashPassword(input.password);
-    }
+    if (passwordHash !== undefined) changes.passwordHash = passwordHash;
     // A PUT that changes nothing stored (a `key` alone, `downloadable` on a plain paste) answers
     // with the paste as it is.
     if (Object.keys(changes).length === 0) return current;
