@@ -771,6 +771,8 @@ describe('API answers are kept by no cache', () => {
         ],
         ['usage', await request(at('/api/v1/cli'))],
         ['404', await request(at('/api/v1/paste/unknown0001'), { headers: keyed })],
+        // Answered before the request hooks run (the path does not decode).
+        ['undecodable', await request(at('/api/v1/paste/%E0%A4'), { headers: keyed })],
         ['401', await request(at('/api/v1/pastes'))],
         ['delete', await request(at(`/api/v1/paste/${id}`), { method: 'DELETE', headers: keyed })],
       ];

@@ -125,7 +125,9 @@ export function sendError(
   const { error } = answered;
   errorLog.answered(request.log, thrown, answered);
   // Also here: some errors (an undecodable path) are answered before the onRequest hooks run.
+  // No cache keeps a refusal either (app.ts: the API's answers are no-store).
   reply.headers(SECURITY_HEADERS);
+  reply.header('cache-control', 'no-store');
   reply.code(error.status);
   for (const [name, value] of Object.entries(error.headers)) reply.header(name, value);
   // An answer sent before the body was read to its end closes the connection, so the rest of
