@@ -92,7 +92,8 @@ export function announcedLength(request: FastifyRequest): number | undefined {
 function checkUploadType(sentName: string, mimeType: string): void {
   // A file part without a name (a browser's file input left empty sends filename=""; a client
   // may send bytes with none at all): no extension to judge it by. A name sent that holds none
-  // once made safe ("..", "dir/") is a name of a type not accepted.
+  // once made safe (only control characters) is a name of a type not accepted. ("..", "dir/"
+  // reach here empty: the parser keeps only the last path part, and drops . and ..)
   if (sentName === '') throw invalidRequest([{ field: 'file', message: 'is required, with its file name' }]);
   const filename = safeFilename(sentName);
   if (!isAllowedExtension(filename)) {
