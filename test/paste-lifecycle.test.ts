@@ -428,28 +428,36 @@ describe('password-protected pastes (D7, D13)', () => {
     assert.equal(raw.text, 'pw content');
   });
 
-  it('a right password checked while the paste expires or is deleted delivers nothing (D12)', async () => {
-    // Password checks are slow and capped (two at a time): wrong guesses on another paste hold
-    // the read's check back while the paste expires, then while it is deleted.
+  /**
+   * Fills the password hashing queue (two at a time) with wrong guesses on fresh pastes (at most
+   * 10 guesses a paste and address): a check or hash asked for next waits for about eight rounds
+   * of argon2. Resolves once the guesses have reached the queue; their answers are returned.
+   */
+  async function holdHashing(): Promise<Array<Promise<unknown>>> {
     const decoys = await Promise.all(
       [1, 2].map(() => createPaste(server, key, { content: 'decoy', password: 'decoy-pw' })),
     );
-    const hold = () => {
-      const decoy = decoys.pop() as { paste_id: string };
-      return Array.from({ length: 6 }, () => getWeb(server, `/raw/${decoy.paste_id}`, 'wrong'));
-    };
+    const guesses = decoys.flatMap((decoy) =>
+      Array.from({ length: 8 }, () => getWeb(server, `/raw/${decoy.paste_id}`, 'wrong')),
+    );
+    await new Promise((resolve) => setTimeout(resolve, 30));
+    return guesses;
+  }
 
+  it('a right password checked while the paste expires or is deleted delivers nothing (D12)', async () => {
+    // Password checks are slow and capped (two at a time): wrong guesses on another paste hold
+    // the read's check back while the paste expires, then while it is deleted.
     const expiring = await createPaste(server, key, { content: 'expiring pw', password: 'pw-exp', expiry: '10m' });
     server.clock.advance(10 * 60_000 - 1);
-    const guesses = hold();
+    const guesses = await holdHashing();
     const read = getWeb(server, `/raw/${expiring.paste_id}`, 'pw-exp');
     await new Promise((resolve) => setTimeout(resolve, 40));
     server.clock.advance(1);
     expectError(await read, 404, 'not_found');
-    for (const guess of await Promise.all(guesses)) assert.equal(guess.status, 403);
+    await Promise.all(guesses);
 
     const deleted = await createPaste(server, key, { content: 'deleted pw', password: 'pw-del' });
-    const more = hold();
+    const more = await holdHashing();
     const readDeleted = getWeb(server, `/raw/${deleted.paste_id}`, 'pw-del');
     await new Promise((resolve) => setTimeout(resolve, 40));
     const removed = await del(server, key, deleted.paste_id);
@@ -459,10 +467,9 @@ describe('password-protected pastes (D7, D13)', () => {
   });
 
   it('a PUT of a password whose hash waits while the paste expires is 404 and brings nothing back (D12)', async () => {
-    const decoy = await createPaste(server, key, { content: 'decoy for a PUT', password: 'decoy-pw' });
     const expiring = await createPaste(server, key, { content: 'expires under a PUT', expiry: '10m' });
     server.clock.advance(10 * 60_000 - 1);
-    const guesses = Array.from({ length: 6 }, () => getWeb(server, `/raw/${decoy.paste_id}`, 'wrong'));
+    const guesses = await holdHashing();
     const update = put(server, key, expiring.paste_id, { password: 'late-pw', expiry: '1h' });
     await new Promise((resolve) => setTimeout(resolve, 40));
     server.clock.advance(1); // expires_at, while the new password's hash waits its turn
