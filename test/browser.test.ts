@@ -325,9 +325,11 @@ describe('pages in a real browser', {
     const secretWord = token('wrong-key');
     const { id, key } = await encryptedPaste(`${secretWord} body`);
     const otherKey = randomBytes(32).toString('base64url');
+    const cut = 'This key is not whole: a key is 43 characters (a 256-bit key). Check that the link was copied entire.';
     const cases = [
       { fragment: `#${otherKey}`, message: 'This key does not decrypt the paste.' },
-      { fragment: `#${key.slice(0, 20)}`, message: 'This key does not decrypt the paste.' },
+      { fragment: `#${key.slice(0, 20)}`, message: cut },
+      { fragment: `#${key.slice(0, 42)}`, message: cut },
       { fragment: '#not*a*key', message: 'This key does not decrypt the paste.' },
       { fragment: '', message: 'This paste is encrypted end to end. Enter its key to read it.' },
     ];
@@ -347,6 +349,25 @@ describe('pages in a real browser', {
       assert.equal(await page.textContent('#e2e-status'), 'Decrypted in your browser.');
       assert.equal(await page.isVisible('#e2e-key-form'), false);
       await assertNeverSent(seen, since, key);
+      assert.deepEqual([...seen.problems, ...seen.violations], []);
+      await page.close();
+    }
+  });
+
+  it('a paste encrypted with a 128- or 192-bit key is not opened with it: the format is AES-GCM with a 256-bit key', async () => {
+    for (const bytes of [16, 24]) {
+      const secretWord = token(`short-key-${bytes}`);
+      const { wire, key } = await encryptForTest(`${secretWord} body`, bytes);
+      const id = await createPaste(server, apiKey, { content: wire, encrypt: true });
+      const { page, seen } = await openPage();
+      await page.goto(`${server.url}/view/${id}#${key}`);
+      assert.equal(
+        await settledStatus(page),
+        'This key is not whole: a key is 43 characters (a 256-bit key). Check that the link was copied entire.',
+        `${bytes * 8}-bit key`,
+      );
+      assert.equal(await page.textContent('#plaintext'), '');
+      assert.ok(!(await page.innerText('body')).includes(secretWord));
       assert.deepEqual([...seen.problems, ...seen.violations], []);
       await page.close();
     }

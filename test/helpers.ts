@@ -314,9 +314,9 @@ export function expectError(
 }
 
 /** A valid `fpe1:` string, made with a real AES-256-GCM key as a client would. */
-export async function encryptForTest(plaintext: string): Promise<{ wire: string; key: string }> {
+export async function encryptForTest(plaintext: string, keyBytes = 32): Promise<{ wire: string; key: string }> {
   const { webcrypto } = await import('node:crypto');
-  const rawKey = webcrypto.getRandomValues(new Uint8Array(32));
+  const rawKey = webcrypto.getRandomValues(new Uint8Array(keyBytes));
   const key = await webcrypto.subtle.importKey('raw', rawKey, 'AES-GCM', false, ['encrypt']);
   const iv = webcrypto.getRandomValues(new Uint8Array(12));
   const ct = new Uint8Array(

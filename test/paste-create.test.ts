@@ -709,7 +709,20 @@ describe('POST /api/v1/paste: end-to-end encrypted pastes', () => {
     const r = await createJson(server, key, { content: wire, encrypt: true, key: padded });
     assert.equal(r.status, 201, r.text);
     assert.equal(r.body.data.url, `${BASE}/view/${r.body.data.paste_id}#${padded}`);
-    for (const bad of ['=', 'ab=c', 'abc===']) {
+    const shortKey = (bytes: number) => Buffer.alloc(bytes, 7).toString('base64url');
+    for (const bad of [
+      '=',
+      'ab=c',
+      'abc===',
+      `${padded}=`,
+      `${secret}A`,
+      `${secret}AA`,
+      secret.slice(0, 42),
+      shortKey(16), // AES-128's key: the format is AES-GCM with a 256-bit key
+      shortKey(24),
+      `${shortKey(16)}==`,
+      shortKey(64),
+    ]) {
       const refused = await createJson(server, key, { content: wire, encrypt: true, key: bad });
       const error = expectError(refused, 400, 'invalid_request');
       assert.ok(

@@ -859,8 +859,8 @@ const passwordField = field(
 );
 const keyField = field(
   fc.oneof(
-    fc.stringMatching(/^[A-Za-z0-9_-]{1,43}$/),
-    fc.stringMatching(/^[A-Za-z0-9_-]{1,42}={1,2}$/),
+    fc.stringMatching(/^[A-Za-z0-9_-]{43}$/),
+    fc.stringMatching(/^[A-Za-z0-9_-]{43}=$/),
     fc.constantFrom('', null),
   ),
   fc.oneof(
@@ -870,6 +870,8 @@ const keyField = field(
     fc.stringMatching(/^[A-Za-z0-9_-]{0,5}[+/. ~!é][A-Za-z0-9_-]{0,5}$/),
     fc.stringMatching(/^[A-Za-z0-9_-]{0,5}=[A-Za-z0-9_-]{1,5}$/),
     fc.constantFrom('=', '==', 'abc===', 'a=b='),
+    fc.stringMatching(/^[A-Za-z0-9_-]{1,42}={0,2}$/),
+    fc.stringMatching(/^[A-Za-z0-9_-]{44,60}$/),
   ),
 );
 const languageField = field(

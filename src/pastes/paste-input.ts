@@ -201,13 +201,19 @@ function readLanguage(problems: FieldProblem[], value: string | null | undefined
   return language;
 }
 
+/** A 32-byte key in base64url, padded or not. */
+const E2E_KEY = /^[A-Za-z0-9_-]{43}=?$/;
+
 function readKey(problems: FieldProblem[], value: string | null | undefined): string | undefined {
   if (value === undefined || value === null || value === '') return undefined;
-  // base64url (RFC 4648 §5), its = padding allowed: Python's urlsafe_b64encode pads a 32-byte key.
-  if (!/^[A-Za-z0-9_-]{1,256}={0,2}$/.test(value)) {
+  // AES-GCM's 256-bit key (api-v1.md), in base64url (RFC 4648 §5): 43 characters, and the one =
+  // of its padding allowed, as Python's urlsafe_b64encode writes a 32-byte key. A key of another
+  // length would make a link the web view cannot open (view.js takes 256-bit keys alone).
+  if (!E2E_KEY.test(value)) {
     problems.push({
       field: 'key',
-      message: 'must be base64url (A-Z, a-z, 0-9, - and _, and at most two = at its end)',
+      message:
+        'must be a 256-bit key in base64url: 43 characters (A-Z, a-z, 0-9, - and _), and at most one = at its end',
     });
   }
   return value;

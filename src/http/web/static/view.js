@@ -29,10 +29,16 @@
     return fromBase64(b64 + '='.repeat((4 - (b64.length % 4)) % 4));
   };
 
+  /** A key that is not 32 bytes: cut short (a link copied in part) or not a key at all. */
+  class WrongKeyLength extends Error {}
+
   async function decrypt(keyText) {
     const parts = wire.split(':');
     if (parts.length !== 3 || parts[0] !== 'fpe1') throw new Error('not an fpe1 paste');
-    const key = await crypto.subtle.importKey('raw', fromBase64Url(keyText), 'AES-GCM', false, ['decrypt']);
+    const raw = fromBase64Url(keyText);
+    // AES-GCM with a 256-bit key alone (api-v1.md): a 128- or 192-bit key is not the format's.
+    if (raw.length !== 32) throw new WrongKeyLength();
+    const key = await crypto.subtle.importKey('raw', raw, 'AES-GCM', false, ['decrypt']);
     const plain = await crypto.subtle.decrypt({ name: 'AES-GCM', iv: fromBase64(parts[1]) }, key, fromBase64(parts[2]));
     return new TextDecoder().decode(plain);
   }
@@ -73,8 +79,11 @@
       status.textContent = 'Decrypted in your browser.';
       form.hidden = true;
       highlight(text);
-    } catch {
-      status.textContent = 'This key does not decrypt the paste.';
+    } catch (err) {
+      status.textContent =
+        err instanceof WrongKeyLength
+          ? 'This key is not whole: a key is 43 characters (a 256-bit key). Check that the link was copied entire.'
+          : 'This key does not decrypt the paste.';
       form.hidden = false;
     }
   }
