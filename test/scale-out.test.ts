@@ -14,7 +14,7 @@ import { type Logger, pino } from 'pino';
 import { REDIS_COMMAND_TIMEOUT_MS } from '../src/services.js';
 import { openStorage, STATEMENT_TIMEOUT_MS } from '../src/storage/database.js';
 import { migrateToLatest } from '../src/storage/migrations.js';
-import { answeredByServer } from '../src/storage/prepared-query.js';
+import { answeredByServer } from '../src/storage/pg-sessions.js';
 import {
   createPaste,
   expectError,
@@ -525,6 +525,65 @@ describe('a backend that goes away gives fast 503s and the instance heals by its
       } finally {
         await server?.stop();
         proxy.close();
+        await db.drop();
+      }
+    });
+  }
+
+  const outboxCuts = [
+    { text: 'into "pastes"', when: 'before', what: 'the insert cut before it reaches PostgreSQL' },
+    {
+      text: 'into "pastes"',
+      when: 'after',
+      what: "the insert's reply held back (the client's query_timeout runs out, the transaction open)",
+    },
+    { text: 'commit', when: 'after', what: "the commit's reply lost" },
+  ] as const;
+  for (const { text, when, what } of outboxCuts) {
+    it(`a group of creates of a key with a webhook (outbox rows in its transaction), ${what}: sent again on another session, each create 201, stored and announced once`, async () => {
+      const db = await freshDatabase();
+      const proxy = await postgresProxy(new URL(db.url));
+      const receiver = await startReceiver();
+      const env = { DATABASE_URL: proxy.url, REDIS_URL: '', WEBHOOK_ALLOW_PRIVATE: 'true' };
+      let server: ServerProcess | undefined;
+      try {
+        const key = await createKey(env, ['--webhook', receiver.url]);
+        server = await startServerProcess(env);
+        const create = (content: string) => postJson(server as ServerProcess, key, { content, title: content });
+        proxy.cutAtNext(text, when);
+        const contents = Array.from({ length: 6 }, (_, i) => `announced once ${i}`);
+        const sentAt = Date.now();
+        const answers = await Promise.all(contents.map(create));
+        if (text === 'commit' || when === 'before') assert.equal(proxy.cuts(), 1, 'the connection was cut');
+        // The held reply: the session was given up on after query_timeout (STATEMENT_TIMEOUT_MS + 1 s).
+        else assert.ok(Date.now() - sentAt >= 4500, `answered after ${Date.now() - sentAt} ms, not held`);
+        const ids: string[] = [];
+        for (const [i, answer] of answers.entries()) {
+          assert.equal(answer.status, 201, await answer.clone().text());
+          const { data } = (await answer.json()) as { data: { paste_id: string } };
+          ids.push(data.paste_id);
+          assert.equal(await (await fetch(`${server.url}/raw/${data.paste_id}`)).text(), contents[i]);
+        }
+        assert.equal(server.child.exitCode, null, `the process is still up: ${server.output()}`);
+        const stored = await queryDatabase<{ content: string; n: number }>(
+          db.url,
+          "SELECT content, count(*) AS n FROM pastes WHERE content LIKE 'announced once %' GROUP BY content",
+        );
+        assert.deepEqual(
+          stored.map((row) => [row.content, Number(row.n)]).sort(),
+          contents.map((content) => [content, 1]),
+          'each stored once',
+        );
+        await until(async () => (receiver.received.length >= ids.length ? true : undefined), 15_000, 'the deliveries');
+        await new Promise((resolve) => setTimeout(resolve, 1000));
+        assert.deepEqual(receiver.received.map((r) => r.pasteId).sort(), [...ids].sort(), 'each announced once');
+        // The same process, on a new session, creates and serves.
+        const made = await create('made after');
+        assert.equal(made.status, 201, await made.clone().text());
+      } finally {
+        await server?.stop();
+        proxy.close();
+        receiver.server.close();
         await db.drop();
       }
     });

@@ -17,7 +17,7 @@ import {
 } from 'kysely';
 import type pg from 'pg';
 import { ExpirySweeper } from './expiry-sweeper.js';
-import { markReadOnlySessions, poolClosingReadOnlySessions } from './pg-sessions.js';
+import { markReadOnlySessions, markUnansweredSessions, poolClosingUnfitSessions } from './pg-sessions.js';
 import type { Database } from './schema.js';
 import { WalCheckpointer } from './wal-checkpointer.js';
 import { WriteGate } from './write-gate.js';
@@ -196,7 +196,9 @@ function openPostgres(url: string): Storage {
   quietOnLostConnections(pool);
   // A session left on a server that takes no writes is closed, not kept (pg-sessions.ts).
   markReadOnlySessions(pool);
-  const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool: poolClosingReadOnlySessions(pool) }) });
+  // One whose statement went unanswered (a client-side timeout) is closed too, not reused.
+  markUnansweredSessions(pool);
+  const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool: poolClosingUnfitSessions(pool) }) });
   return {
     db,
     dialect: 'postgres',

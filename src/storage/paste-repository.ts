@@ -8,8 +8,9 @@ import type pg from 'pg';
 import type { Paste } from '../pastes/paste.js';
 import type { ExpirySweeper, SweepStatements } from './expiry-sweeper.js';
 import { binaryTextArray } from './pg-binary-array.js';
+import { answeredByServer } from './pg-sessions.js';
 import { BATCH_CONTENT_BYTES, PointReadBatch } from './point-read-batch.js';
-import { answeredByServer, namedStatement, preparedQuery } from './prepared-query.js';
+import { namedStatement, preparedQuery } from './prepared-query.js';
 import type { Database, PasteTable } from './schema.js';
 
 type PasteRow = Selectable<PasteTable>;
@@ -691,10 +692,9 @@ export class PasteRepository {
     } catch (err) {
       // A connection lost or a client-side timeout: the batch may have been committed or not.
       if (!answeredByServer(err)) {
-        // Only a batch of the named statement: its client is closed after the error, so the
-        // second try is on another session. Kysely's transaction (outbox rows) may hand back the
-        // client whose statement still runs, where a second BEGIN would join the first's.
-        if (!neverSent(err) && !batch.some((item) => item.also)) return this.recoverLost(batch, err);
+        // The session is closed after such an error, the named statement's and Kysely's
+        // transaction's (outbox rows) alike (pg-sessions.ts): the second try is on another.
+        if (!neverSent(err)) return this.recoverLost(batch, err);
         for (const item of batch) item.reject(err);
         return err;
       }

@@ -18,7 +18,7 @@
  * time-out) rejects each of its callers with its error. At most MAX_IDS ids go in one
  * query; more make more queries.
  */
-import { answeredByServer } from './prepared-query.js';
+import { answeredByServer } from './pg-sessions.js';
 
 /** The largest content (bytes) a batched query carries; larger pastes are read alone. */
 export const BATCH_CONTENT_BYTES = 64 * 1024;

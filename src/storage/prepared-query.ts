@@ -20,7 +20,7 @@ import type BetterSqlite3 from 'better-sqlite3';
 import type { Compilable, CompiledQuery, Kysely } from 'kysely';
 import type pg from 'pg';
 import { runDescribed } from './described-statement.js';
-import { checkOut } from './pg-sessions.js';
+import { answeredByServer, checkOut } from './pg-sessions.js';
 import { rowObjects } from './row-objects.js';
 
 type Arg = string | number;
@@ -49,18 +49,6 @@ interface Named {
   generation: number;
   name: string;
   text: string;
-}
-
-/**
- * Whether PostgreSQL answered the statement with an error (a SQLSTATE: a constraint, a timeout of
- * its own), so that it is known to have done nothing; not a connection lost or a client-side
- * timeout, after which a write may or may not have been committed.
- */
-export function answeredByServer(err: unknown): boolean {
-  const answer = err as { code?: unknown; severity?: unknown } | null;
-  // A SQLSTATE with the severity PostgreSQL's error message carries: Node's EPIPE (a lost
-  // connection) has five characters too.
-  return typeof answer?.code === 'string' && answer.code.length === 5 && typeof answer.severity === 'string';
 }
 
 /**
