@@ -261,6 +261,28 @@ describe('pages in a real browser', {
     assert.equal((await page.innerText('#ciphertext')).trim(), second.wire);
   });
 
+  it('a view-once E2E paste burned in a browser that can decrypt, without its key or with a wrong one, shows its ciphertext, its last copy; the key typed then decrypts it', async () => {
+    const otherKey = randomBytes(32).toString('base64url');
+    for (const fragment of ['', `#${otherKey}`, '#cut-short']) {
+      const secretWord = token('burned-keyless');
+      const { id, wire, key } = await encryptedPaste(`${secretWord} body`, { burn: true });
+      const { page, seen } = await openPage();
+      await page.goto(`${server.url}/view/${id}${fragment}`);
+      await Promise.all([page.waitForNavigation(), page.getByRole('button', { name: 'Show and delete' }).click()]);
+      assert.equal(await rowCount(id), 0);
+      assert.match(await settledStatus(page), /It was deleted from the server: its ciphertext is below/, fragment);
+      assert.equal(await page.isVisible('#ciphertext'), true, `no ciphertext shown for ${JSON.stringify(fragment)}`);
+      assert.equal((await page.innerText('#ciphertext')).trim(), wire);
+      assert.ok(!(await page.innerText('body')).includes(secretWord));
+      await page.fill('#e2e-key', key);
+      await page.click('#e2e-key-form button');
+      assert.equal(await decrypted(page), `${secretWord} body`);
+      assert.equal(await page.isVisible('#ciphertext'), false, 'the ciphertext stays shown after decrypting');
+      assert.deepEqual([...seen.problems, ...seen.violations], []);
+      await page.close();
+    }
+  });
+
   it('the home page form encrypts in the browser: only the ciphertext is sent, and the page it leads to decrypts', async () => {
     const secretWord = token('created-e2e');
     const plaintext = `${secretWord}\n<i>not italic</i> & \u00fcn\u00efcode \u2713\n`;
@@ -330,6 +352,7 @@ describe('pages in a real browser', {
       { fragment: `#${otherKey}`, message: 'This key does not decrypt the paste.' },
       { fragment: `#${key.slice(0, 20)}`, message: cut },
       { fragment: `#${key.slice(0, 42)}`, message: cut },
+      { fragment: `#${key.slice(0, 41)}`, message: cut }, // not base64 at all (length 1 mod 4)
       { fragment: '#not*a*key', message: 'This key does not decrypt the paste.' },
       { fragment: '', message: 'This paste is encrypted end to end. Enter its key to read it.' },
     ];

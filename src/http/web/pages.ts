@@ -144,7 +144,7 @@ export function pastePageParts(
   const description = paste.description ? `<p class="description">${escapeHtml(paste.description)}</p>` : '';
   const languageClass = paste.language ? ` class="hljs language-${escapeHtml(paste.language)}"` : '';
   const body = paste.encrypted
-    ? `<div id="e2e" data-language="${escapeHtml(paste.language ?? '')}">
+    ? `<div id="e2e" data-language="${escapeHtml(paste.language ?? '')}"${options.burned ? ' data-burned="true"' : ''}>
 <p class="notice" id="e2e-status">This paste is encrypted end to end. Decrypting in your browser with the key from the link&hellip;</p>
 <noscript><p class="notice">Decrypting it needs JavaScript, which this browser does not run here.${
         linkParts.length > 0 ? ` Its ciphertext is at <a href="${escapeHtml(links.rawUrl)}">raw</a>.` : ''

@@ -12,6 +12,16 @@
   const output = document.getElementById('plaintext');
   const wire = document.getElementById('ciphertext').textContent.trim();
   const language = root.dataset.language;
+  // Just burned (view once): this page is the paste's last copy.
+  const burned = root.dataset.burned === 'true';
+  const LAST_COPY = ' It was deleted from the server: its ciphertext is below, to copy with the key and decrypt later.';
+
+  /** A burned paste's ciphertext, shown when this page cannot decrypt it now. */
+  function keepCiphertext() {
+    if (!burned) return;
+    status.textContent += LAST_COPY;
+    document.getElementById('ciphertext').hidden = false;
+  }
 
   // Browsers give Web Crypto only to secure pages (HTTPS, or localhost): served over plain HTTP
   // on another address, every key would be told it does not decrypt.
@@ -35,9 +45,10 @@
   async function decrypt(keyText) {
     const parts = wire.split(':');
     if (parts.length !== 3 || parts[0] !== 'fpe1') throw new Error('not an fpe1 paste');
-    const raw = fromBase64Url(keyText);
     // AES-GCM with a 256-bit key alone (api-v1.md): a 128- or 192-bit key is not the format's.
-    if (raw.length !== 32) throw new WrongKeyLength();
+    // Told by its length before decoding: some lengths cut short are not base64 at all.
+    if (/^[A-Za-z0-9_-]*=*$/.test(keyText) && !/^[A-Za-z0-9_-]{43}=?$/.test(keyText)) throw new WrongKeyLength();
+    const raw = fromBase64Url(keyText);
     const key = await crypto.subtle.importKey('raw', raw, 'AES-GCM', false, ['decrypt']);
     const plain = await crypto.subtle.decrypt({ name: 'AES-GCM', iv: fromBase64(parts[1]) }, key, fromBase64(parts[2]));
     return new TextDecoder().decode(plain);
@@ -78,6 +89,7 @@
       output.textContent = text;
       status.textContent = 'Decrypted in your browser.';
       form.hidden = true;
+      document.getElementById('ciphertext').hidden = true;
       highlight(text);
     } catch (err) {
       status.textContent =
@@ -85,6 +97,7 @@
           ? 'This key is not whole: a key is 43 characters (a 256-bit key). Check that the link was copied entire.'
           : 'This key does not decrypt the paste.';
       form.hidden = false;
+      keepCiphertext();
     }
   }
 
@@ -97,5 +110,6 @@
   else {
     status.textContent = 'This paste is encrypted end to end. Enter its key to read it.';
     form.hidden = false;
+    keepCiphertext();
   }
 })();
