@@ -1091,11 +1091,13 @@ describe('fastpaste keys limits / keys usage', () => {
       assert.equal(byKind.daily?.remaining, 3);
       assert.equal(byKind.monthly?.limit, 0);
       assert.equal(byKind.monthly?.remaining, null, 'an unlimited window has no remaining count');
+      assert.equal(byKind.monthly?.used, null, 'an unlimited window is not counted: it has no used count');
 
       const human = await fastpaste(['keys', 'usage', key], env);
       assertOk(human, 'keys usage (text)');
       assert.match(human.stdout, /hourly\s+used 2, 0 left of 2/);
       assert.match(human.stdout, /daily\s+used 2, 3 left of 5/);
+      assert.match(human.stdout, /monthly\s+unlimited, not counted/);
 
       // The server reads the limits of a key it looked up more than KEY_CACHE_MS ago: used up now,
       // raised by the tool, free again once that second has passed.

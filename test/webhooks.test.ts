@@ -1352,4 +1352,33 @@ describe('fastpaste keys webhook / deliveries / redeliver', SQLITE_ONLY, () => {
     assert.equal(receiver.received.length, 4, 'nothing is sent after --clear');
     assert.notEqual(deliveryFor(server.databasePath, paste3)?.status, 'delivered');
   });
+
+  it('keys redeliver refuses a delivery being sent right now, which would be sent twice at once; after it ends, redelivers', async (t) => {
+    const server = await start(t);
+    let hold: (() => void) | null = null;
+    const receiver = await startReceiver(t, (_req, res, _received, index) => {
+      if (index > 0) return void res.end('ok');
+      hold = () => res.end('ok'); // the first send is held: its worker's claim stands
+    });
+    const env = { DATABASE_URL: `sqlite:${server.databasePath}`, WEBHOOK_ALLOW_PRIVATE: 'true' };
+    const made = await fastpaste(['keys', 'create', '--name', 'held hook', '--webhook', receiver.url, '--json'], env);
+    assertOk(made, 'keys create --webhook --json');
+    const { key } = JSON.parse(made.stdout) as { key: string };
+    const pasteId = await createPaste(server, key, { content: 'held at the receiver' });
+    await receiver.waitFor(1, 10 * SECOND);
+    const deliveryId = header(receiver.received[0] as Received, 'webhook-id');
+
+    const refused = await fastpaste(['keys', 'redeliver', deliveryId], env);
+    assert.notEqual(refused.code, 0, `redelivered while being sent: ${refused.stdout}`);
+    assert.match(refused.stderr, /is being sent right now/);
+    await sleep(1500);
+    assert.equal(receiver.received.length, 1, 'sent a second time while the first was out');
+
+    (hold as unknown as () => void)();
+    await waitForStatus(server, pasteId, 'delivered', 5 * SECOND);
+    const redelivered = await fastpaste(['keys', 'redeliver', deliveryId], env);
+    assertOk(redelivered, 'keys redeliver after the send ended');
+    await receiver.waitFor(2, 10 * SECOND);
+    assert.equal(header(receiver.received[1] as Received, 'webhook-id'), deliveryId);
+  });
 });

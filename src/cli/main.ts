@@ -156,7 +156,7 @@ keys
 
 keys
   .command('usage <key>')
-  .description('requests used and left in the current hour, day and month (UTC)')
+  .description('requests used and left in the current hour, day and month (UTC); an unlimited window is not counted')
   .option('--json', 'print JSON')
   .action(async (idOrKey: string, options: { json?: boolean }) => {
     const { key, windows } = await withServices(async (s) => {
@@ -169,7 +169,8 @@ keys
           windows.map((w) => ({
             window: w.kind,
             limit: w.limit,
-            used: w.used,
+            // An unlimited window is not counted (README, Rate limits): no figure to show.
+            used: w.limit === 0 ? null : w.used,
             remaining: w.limit === 0 ? null : w.remaining,
             resets_in_seconds: w.resetSeconds,
           })),
@@ -179,8 +180,11 @@ keys
     }
     console.log(`Key ${key.id} "${key.name}"`);
     for (const w of windows) {
-      const left = w.limit === 0 ? 'unlimited' : `${w.remaining} left of ${w.limit}`;
-      console.log(`  ${w.kind.padEnd(8)} used ${w.used}, ${left}, resets in ${w.resetSeconds} s`);
+      const line =
+        w.limit === 0
+          ? 'unlimited, not counted'
+          : `used ${w.used}, ${w.remaining} left of ${w.limit}, resets in ${w.resetSeconds} s`;
+      console.log(`  ${w.kind.padEnd(8)} ${line}`);
     }
   });
 
@@ -251,8 +255,14 @@ keys
   .command('redeliver <delivery-id>')
   .description('send a webhook delivery again (by a running server), with a fresh back-off')
   .action(async (deliveryId: string) => {
-    const found = await withServices((s) => s.webhooks.requeue(deliveryId, s.clock()));
-    if (!found) throw new AppError('not_found', `No webhook delivery "${deliveryId}".`);
+    const outcome = await withServices((s) => s.webhooks.requeue(deliveryId, s.clock()));
+    if (outcome === 'unknown') throw new AppError('not_found', `No webhook delivery "${deliveryId}".`);
+    if (outcome === 'sending') {
+      throw new AppError(
+        'invalid_request',
+        `Delivery ${deliveryId} is being sent right now; \`keys deliveries\` shows how it ends. Redeliver it after that.`,
+      );
+    }
     console.log(`Delivery ${deliveryId} is queued again; a running server sends it within a second.`);
   });
 

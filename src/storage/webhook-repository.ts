@@ -163,8 +163,13 @@ export class WebhookRepository {
       .execute();
   }
 
-  /** Puts a delivery back in the queue, due now, with a fresh back-off. */
-  async requeue(id: string, now: number): Promise<boolean> {
+  /**
+   * Puts a delivery back in the queue, due now, with a fresh back-off: 'queued'. Not one a worker
+   * is sending now (claimed, its lease running): 'sending'. Taken from it, it would be sent a
+   * second time at once, and the first send's outcome dropped (its worker no longer holds it).
+   * 'unknown' when there is no such delivery.
+   */
+  async requeue(id: string, now: number): Promise<'queued' | 'sending' | 'unknown'> {
     const result = await this.db
       .updateTable('webhook_deliveries')
       .set({
@@ -176,7 +181,10 @@ export class WebhookRepository {
         finished_at: null,
       })
       .where('id', '=', id)
+      .where((eb) => eb.or([eb('locked_until', 'is', null), eb('locked_until', '<=', now)]))
       .executeTakeFirst();
-    return Number(result.numUpdatedRows) > 0;
+    if (Number(result.numUpdatedRows) > 0) return 'queued';
+    const found = await this.db.selectFrom('webhook_deliveries').select('id').where('id', '=', id).executeTakeFirst();
+    return found ? 'sending' : 'unknown';
   }
 }
