@@ -377,6 +377,42 @@ describe('fastpaste command', () => {
     assert.match(second.stdout, /up to date/i);
   });
 
+  it('a migration that fails half-way leaves nothing of the run behind: once its cause is gone, migrate completes', async (t) => {
+    const db = await freshDatabase();
+    t.after(() => db.drop());
+    const env = { DATABASE_URL: db.url };
+    // A table in the way of 0002's last one: 0002 fails after its ALTER, its first table and indexes.
+    await queryDatabase(db.url, 'CREATE TABLE webhook_attempts (id integer)');
+    const failed = await fastpaste(['migrate'], env);
+    assert.notEqual(failed.code, 0, 'migrate succeeded over a table in its way');
+    const left = await tableNames(db.url);
+    for (const table of ['pastes', 'api_keys', 'webhook_deliveries']) {
+      assert.ok(!left.includes(table), `${table} was left by the failed run: ${left.join(', ')}`);
+    }
+    await queryDatabase(db.url, 'DROP TABLE webhook_attempts');
+    const again = await fastpaste(['migrate'], env);
+    assertOk(again, 'migrate after the cause was removed');
+    assertOk(await fastpaste(['keys', 'create', '--name', 'after repair'], env), 'keys create');
+  });
+
+  it('three migrate commands at once on a new database all succeed, each migration applied once', async (t) => {
+    const db = await freshDatabase();
+    t.after(() => db.drop());
+    const env = { DATABASE_URL: db.url };
+    const runs = await Promise.all([1, 2, 3].map(() => fastpaste(['migrate'], env)));
+    for (const [i, run] of runs.entries()) assertOk(run, `migrate ${i + 1}`);
+    const applied = await queryDatabase<{ name: string; n: number }>(
+      db.url,
+      'SELECT name, count(*) AS n FROM kysely_migration GROUP BY name',
+    );
+    assert.ok(applied.length >= 9, JSON.stringify(applied));
+    assert.ok(
+      applied.every((row) => Number(row.n) === 1),
+      JSON.stringify(applied),
+    );
+    assert.equal(runs.filter((run) => /Applied:/.test(run.stdout)).length, 1, 'more than one run applied migrations');
+  });
+
   it('a bad setting stops every command with a non-zero exit and one line naming the variable', async (t) => {
     // On SQLite a file in a directory not yet made; on PostgreSQL an empty schema.
     const untouched = onPostgres ? await freshDatabase() : null;

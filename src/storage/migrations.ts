@@ -192,8 +192,8 @@ const migrations: Record<string, Migration> = {
       // another instance on PostgreSQL, which read the old paste just before it went). Each row
       // carries the created_at of the paste it counted; reads take it only where that matches
       // (or is 0: written by an instance not yet running this code, during a rolling upgrade).
-      // On SQLite migrations are not transactions: a crash after the ALTER must not make every
-      // later start fail on a duplicate column.
+      // Written when SQLite's migrations ran outside a transaction (inOneSqliteTransaction): a
+      // file a crash left after the ALTER must not make every later start fail on a duplicate column.
       if (!(await columnsOf(db, 'paste_views')).includes('created_at')) {
         await db.schema
           .alterTable('paste_views')
@@ -215,7 +215,8 @@ const migrations: Record<string, Migration> = {
       // (PostgreSQL): when the connection is lost before the reply, the chunk is written again
       // under the same token, which adds nothing if the first write committed. SQLite never
       // writes here (a write there cannot succeed unseen); the table is made on both alike.
-      // On SQLite migrations are not transactions: made again after a crash, it is left as is.
+      // Made again on a file a crash left half-way when SQLite's migrations ran outside a
+      // transaction, it is left as is.
       await db.schema
         .createTable('view_write_tokens')
         .ifNotExists()
@@ -269,12 +270,48 @@ class CompiledMigrations implements MigrationProvider {
  * Applies every migration not yet applied, on the storage's migration connection (on PostgreSQL
  * one without the requests' time-outs); throws if one fails.
  */
-export async function migrateToLatest(storage: Pick<Storage, 'openMigrationDb'>): Promise<string[]> {
+export async function migrateToLatest(storage: Pick<Storage, 'openMigrationDb' | 'sqlite'>): Promise<string[]> {
   const { db, release } = storage.openMigrationDb();
   try {
+    if (storage.sqlite) return await inOneSqliteTransaction(storage.sqlite, db, () => migrateOn(db));
     return await migrateOn(db);
   } finally {
     await release();
+  }
+}
+
+/** How long a second process starting on the same SQLite file waits for the first's migrations. */
+const SQLITE_MIGRATION_WAIT_MS = 60_000;
+
+/**
+ * SQLite: the pending migrations and the migrator's record of them in one transaction, taken for
+ * writing at once (BEGIN IMMEDIATE). Kysely runs SQLite's migrations outside any (its adapter
+ * claims no transactional DDL, which SQLite has), so a crash or a failure in the middle of one
+ * left it half applied and unrecorded, and every later start tried it again and failed (an index
+ * that exists, a table dropped); and two processes on one file (the server and `fastpaste
+ * migrate`, or two servers) could both find a migration pending and both run it. Now the second
+ * waits for the first's transaction (up to a minute) and finds nothing left to do.
+ */
+async function inOneSqliteTransaction<T>(
+  sqlite: NonNullable<Storage['sqlite']>,
+  // biome-ignore lint/suspicious/noExplicitAny: see migrateOn
+  db: Kysely<any>,
+  run: () => Promise<T>,
+): Promise<T> {
+  const wait = Number(sqlite.pragma('busy_timeout', { simple: true }));
+  sqlite.pragma(`busy_timeout = ${SQLITE_MIGRATION_WAIT_MS}`);
+  try {
+    await sql`BEGIN IMMEDIATE`.execute(db);
+  } finally {
+    sqlite.pragma(`busy_timeout = ${wait}`);
+  }
+  try {
+    const result = await run();
+    await sql`COMMIT`.execute(db);
+    return result;
+  } catch (err) {
+    if (sqlite.inTransaction) await sql`ROLLBACK`.execute(db);
+    throw err;
   }
 }
 
