@@ -720,7 +720,19 @@ const goodText = fc.oneof(
   // Exactly 4 MiB of UTF-8, one byte or four per character: the largest content accepted.
   { weight: 1, arbitrary: fc.constantFrom(FOUR_MIB_ASCII, 'é'.repeat(2 * MiB)) },
 );
-const shortText = fc.constantFrom('', 'a', 'ab', '   ', ' \n\t ', '😀😀', '\u00a0\u2003\u3000', 'e\u0301', '\n\n\n\n');
+const shortText = fc.constantFrom(
+  '',
+  'a',
+  'ab',
+  '   ',
+  ' \n\t ',
+  '😀😀',
+  '\u00a0\u2003\u3000',
+  'e\u0301',
+  '\n\n\n\n',
+  '\u0085\u0085\u0085',
+  '\ufeff\ufeff\ufeff',
+);
 
 const b64 = (bytes: Uint8Array): string => Buffer.from(bytes).toString('base64');
 const ivArb = fc.uint8Array({ minLength: 12, maxLength: 12 });

@@ -333,6 +333,21 @@ describe('quick-create, web pages and HTTP rules', () => {
         'content_too_short',
       );
       expectError(await cli('', { body: new URLSearchParams({ content: 'xy' }) }), 400, 'content_too_short');
+      // Anonymous content that is also binary-looking: D6's rule is told first, as on the home page.
+      expectError(await cli('', { body: new URLSearchParams({ content: '\u0001\u0002' }) }), 400, 'content_too_short');
+      // White space as Unicode has it (NEL, U+0085) and the BOM: blank-looking content.
+      for (const blank of ['\u0085\u0085\u0085', '\ufeff\ufeff\ufeff', '\u2028 \u3000\u00a0']) {
+        expectError(
+          await cli('', { headers: { 'content-type': 'text/plain', 'x-api-key': key }, body: blank }),
+          400,
+          'content_too_short',
+        );
+      }
+    });
+
+    it('anonymous content over 4 MiB is 413 whatever it holds, not content_rejected', async () => {
+      const binaryish = '\u0001'.repeat(4 * MiB + 1);
+      expectError(await cli('', { body: new URLSearchParams({ content: binaryish }) }), 413, 'content_too_large');
     });
 
     it('accepts exactly 4 MiB and refuses 4 MiB + 1 byte: 413 content_too_large (raw, urlencoded raw, form)', async () => {

@@ -144,11 +144,18 @@ function codePoints(text: string, atLeast: number): number {
 }
 
 /**
+ * Only white space: Unicode's (NEL, U+0085, among it, which JavaScript's trim() keeps) and
+ * JavaScript's (the BOM, U+FEFF, which Unicode counts as a format character): either way nothing
+ * a reader would see.
+ */
+const BLANK = /^[\s\p{White_Space}]*$/u;
+
+/**
  * D6: at least 3 characters and not only white space, at most 4 MB of UTF-8. Throws the codes
  * of D7. `maxBytes` is larger for uploads.
  */
 export function checkContent(content: string, maxBytes = MAX_TEXT_BYTES): void {
-  if (codePoints(content, MIN_CONTENT_CHARS) < MIN_CONTENT_CHARS || content.trim() === '') {
+  if (codePoints(content, MIN_CONTENT_CHARS) < MIN_CONTENT_CHARS || BLANK.test(content)) {
     throw new AppError('content_too_short', 'The content must be at least 3 characters and not only white space.', {
       details: [{ field: 'content', message: 'must be at least 3 characters and not only white space' }],
     });

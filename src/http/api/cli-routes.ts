@@ -159,7 +159,6 @@ export async function registerCliRoutes(
   app.post('/api/v1/cli', anonymousCreateOptions(deps), async (request, reply) => {
     const anonymous = request.apiKey === null;
     const { content, params } = await readQuickCreate(request, anonymous);
-    if (anonymous && content !== undefined) deps.contentChecker.check(content);
     const json = wantsJson(request, params);
     const fields: Record<string, unknown> = { content };
     if (params.expiry !== undefined) fields.expiry = params.expiry;
@@ -167,8 +166,12 @@ export async function registerCliRoutes(
     if (params.lang !== undefined) fields.language = params.lang;
     if (params.burn !== undefined) fields.burn = params.burn;
     const input = asSent(() => parseCreateInput(fields, 'form'));
-    // After the title's own rules: a title they refuse is invalid_request, not content_rejected.
-    if (anonymous) deps.contentChecker.checkTitle(input.title);
+    // After D6's rules and the fields' own, as the home page's form: content too short or too
+    // large is content_too_short or 413 whatever it holds, a title refused invalid_request.
+    if (anonymous) {
+      deps.contentChecker.check(input.content);
+      deps.contentChecker.checkTitle(input.title);
+    }
     const created = await pastes.create(input, {
       owner: request.apiKey,
       source: 'cli',
