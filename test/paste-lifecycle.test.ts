@@ -1101,7 +1101,7 @@ describe('PUT /api/v1/paste/{id}', () => {
         return res;
       });
       await sleep(20);
-      const plain = await put(server, owner, created.paste_id, { content: 'plain for a moment' });
+      const plain = await put(server, owner, created.paste_id, { content: 'plain for a moment', encrypt: false });
       order.push('plain');
       assert.equal(plain.status, 200, plain.text);
       const answered = await e2e;
@@ -1123,6 +1123,32 @@ describe('PUT /api/v1/paste/{id}', () => {
       assert.equal(download.status, 403, download.text);
     }
     assert.equal(raced, 1, 'the plain PUT never landed while the E2E one was hashing');
+  });
+
+  it('new content without encrypt keeps the paste as it is: an E2E paste stays E2E (its content must be ciphertext), a plain one plain', async () => {
+    const { wire } = await encryptForTest('first secret');
+    const created = await createPaste(server, owner, { content: wire, encrypt: true, downloadable: true });
+    const next = await encryptForTest('second secret');
+    const res = await put(server, owner, created.paste_id, { content: next.wire });
+    assert.equal(res.status, 200, res.text);
+    assert.equal(res.body.data.encrypted, true);
+    let detail = await getDetail(server, owner, created.paste_id);
+    assert.equal(detail.body.data.content, next.wire);
+    assert.equal(detail.body.data.encrypted, true);
+    assert.equal(detail.body.data.downloadable, true, 'its own downloadable kept');
+    // Text without encrypt on an E2E paste: refused, nothing changed.
+    expectError(await put(server, owner, created.paste_id, { content: 'plain words' }), 400, 'invalid_ciphertext');
+    detail = await getDetail(server, owner, created.paste_id);
+    assert.equal(detail.body.data.content, next.wire);
+    // encrypt false makes it plain.
+    const plain = await put(server, owner, created.paste_id, { content: 'plain words', encrypt: false });
+    assert.equal(plain.status, 200, plain.text);
+    assert.equal(plain.body.data.encrypted, false);
+    // A plain paste stays plain: an fpe1 string sent without encrypt is its text.
+    const third = await encryptForTest('third');
+    const kept = await put(server, owner, created.paste_id, { content: third.wire });
+    assert.equal(kept.status, 200, kept.text);
+    assert.equal(kept.body.data.encrypted, false);
   });
 
   it('encrypt true with content that is not a valid fpe1 string is 400 invalid_ciphertext, unchanged', async () => {

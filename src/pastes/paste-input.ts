@@ -181,6 +181,22 @@ function checkEncryptedContent(content: string): void {
   }
 }
 
+/**
+ * A PUT's new content without `encrypt`, for a paste that is end to end encrypted: it stays so
+ * (a PUT changes only the fields sent), so the content must be ciphertext too. Before, the paste
+ * became plain, and a client that sent new ciphertext alone got its `fpe1:` string shown as text.
+ */
+export function checkContentKeepsEncryption(content: string): void {
+  const problem = ciphertextProblem(content);
+  if (problem) {
+    throw new AppError(
+      'invalid_ciphertext',
+      `The paste is end-to-end encrypted, and stays so unless encrypt is false: its new content must be an fpe1: string (${problem}).`,
+      { details: [{ field: 'content', message: problem }] },
+    );
+  }
+}
+
 function checkOptionalText(
   problems: FieldProblem[],
   field: string,

@@ -23,7 +23,7 @@ import { OwnerListing } from './owner-listing.js';
 import { hashPassword, verifyPassword } from './passwords.js';
 import { isDownloadable, type Paste } from './paste.js';
 import { generatePasteId, suffixedSlug } from './paste-ids.js';
-import type { CreateInput, UpdateInput } from './paste-input.js';
+import { type CreateInput, checkContentKeepsEncryption, type UpdateInput } from './paste-input.js';
 import { ViewCounter } from './view-counter.js';
 
 export interface CreateContext {
@@ -337,6 +337,11 @@ export class PasteService {
     if (current.ownerKeyId !== ownerKeyId) {
       throw new AppError('forbidden', 'This paste was not created with your API key.');
     }
+    // New content without `encrypt`: the paste stays as it is (checkContentKeepsEncryption).
+    // Another PUT may change it after this one read it: either order leaves content and flag that agree.
+    if (input.content !== undefined && input.encrypt === undefined && current.encrypted) {
+      checkContentKeepsEncryption(input.content);
+    }
     // Hashed before the time is taken (see create): a paste that expired while the hash waited
     // is not updated (nor brought back by a new expiry), and a new expiry counts from now.
     const passwordHash =
@@ -347,7 +352,7 @@ export class PasteService {
       changes.content = input.content;
       changes.fileSize = Buffer.byteLength(input.content, 'utf8');
       changes.sha256 = sha256Hex(input.content);
-      changes.encrypted = input.encrypt ?? false;
+      changes.encrypted = input.encrypt ?? current.encrypted;
       if (!changes.encrypted) changes.downloadable = true;
       else if (input.downloadable !== undefined) changes.downloadable = input.downloadable;
       // A paste made E2E by its new content is as one created so: not downloadable unless asked;
