@@ -589,6 +589,37 @@ describe('a backend that goes away gives fast 503s and the instance heals by its
     });
   }
 
+  it('a group of creates of a key with a webhook whose second try is cut too: answered 503 (never 500), nothing of it stored, the next create 201', async () => {
+    const db = await freshDatabase();
+    const proxy = await postgresProxy(new URL(db.url));
+    const receiver = await startReceiver();
+    const env = { DATABASE_URL: proxy.url, REDIS_URL: '', WEBHOOK_ALLOW_PRIVATE: 'true' };
+    let server: ServerProcess | undefined;
+    try {
+      const key = await createKey(env, ['--webhook', receiver.url]);
+      server = await startServerProcess(env);
+      const create = (content: string) => postJson(server as ServerProcess, key, { content, title: content });
+      proxy.cutAtNext('into "pastes"', 'before', 2);
+      // One create, alone in its group (two groups at once could share the two cuts).
+      const answer = await create('cut twice');
+      assert.equal(proxy.cuts(), 2, 'the first try and the second were cut');
+      assert.equal(answer.status, 503, await answer.clone().text());
+      assert.equal(((await answer.json()) as { code: string }).code, 'service_unavailable');
+      const stored = await queryDatabase<{ n: number }>(
+        db.url,
+        "SELECT count(*) AS n FROM pastes WHERE content = 'cut twice'",
+      );
+      assert.equal(Number(stored[0]?.n), 0, 'the refused create was stored');
+      const made = await create('made after');
+      assert.equal(made.status, 201, await made.clone().text());
+    } finally {
+      await server?.stop();
+      proxy.close();
+      receiver.server.close();
+      await db.drop();
+    }
+  });
+
   it('a create of a slug another paste holds, its insert cut: the second try finds a row not its own there and takes a suffixed slug', async () => {
     const db = await freshDatabase();
     const proxy = await postgresProxy(new URL(db.url));

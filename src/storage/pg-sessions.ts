@@ -38,10 +38,13 @@ export function answeredByServer(err: unknown): boolean {
   return typeof answer?.code === 'string' && answer.code.length === 5 && typeof answer.severity === 'string';
 }
 
-/** Sessions a statement went unanswered on: they take no more statements, and are closed. */
-const unansweredSessions = new WeakSet<pg.PoolClient>();
+/**
+ * Sessions a statement went unanswered on, with the error it met: they take no more statements
+ * (each is refused with that error), and are closed.
+ */
+const unansweredSessions = new WeakMap<pg.PoolClient, unknown>();
 
-/** The error a session is given back with, or refuses a statement with, after one went unanswered. */
+/** The error a session is given back to the pool with after a statement went unanswered on it. */
 const UNANSWERED_SESSION = 'a PostgreSQL session whose statement went unanswered, closed';
 
 /** pg's client as far as its queue goes (private fields, read as pg-pool reads _queryable). */
@@ -65,11 +68,13 @@ export function markUnansweredSessions(pool: pg.Pool): void {
     const query = client.query as (...args: unknown[]) => unknown;
     (client as unknown as { query: (...args: unknown[]) => unknown }).query = (...args: unknown[]) => {
       const promiseStyle = typeof args[0] === 'string' && typeof args.at(-1) !== 'function';
-      if (promiseStyle && unansweredSessions.has(client)) return Promise.reject(new Error(UNANSWERED_SESSION));
+      // Refused with the error its statement met (a lost connection's, a read time-out's), as
+      // the caller would have met it: Kysely's ROLLBACK throws it in place of the first one.
+      if (promiseStyle && unansweredSessions.has(client)) return Promise.reject(unansweredSessions.get(client));
       const result = query.apply(client, args);
       if (promiseStyle && result instanceof Promise) {
         result.catch((err: unknown) => {
-          if (!answeredByServer(err)) unansweredSessions.add(client);
+          if (!answeredByServer(err) && !unansweredSessions.has(client)) unansweredSessions.set(client, err);
         });
       }
       return result;
