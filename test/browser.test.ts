@@ -364,6 +364,10 @@ describe('pages in a real browser', {
       assert.equal(await page.isVisible('#e2e-key-form'), true, `no key form for ${JSON.stringify(fragment)}`);
       assert.equal(await page.textContent('#plaintext'), '');
       assert.ok(!(await page.innerText('body')).includes(secretWord));
+      if (fragment === '') {
+        await page.click('#e2e-key-form button'); // nothing typed
+        assert.equal(await page.textContent('#e2e-status'), 'Enter the key to decrypt the paste.');
+      }
 
       // The key typed into the form decrypts in the page: no request carries it either.
       await page.fill('#e2e-key', ` ${key} `);
@@ -377,17 +381,27 @@ describe('pages in a real browser', {
     }
   });
 
-  it('a paste encrypted with a 128- or 192-bit key is not opened with it: the format is AES-GCM with a 256-bit key', async () => {
-    for (const bytes of [16, 24]) {
+  it('a paste encrypted with a 128- or 192-bit key is not opened with it (base64url or standard base64): the format is AES-GCM with a 256-bit key', async () => {
+    for (const [bytes, encoding] of [
+      [16, 'base64url'],
+      [24, 'base64url'],
+      [16, 'base64'],
+      [24, 'base64'],
+    ] as const) {
       const secretWord = token(`short-key-${bytes}`);
-      const { wire, key } = await encryptForTest(`${secretWord} body`, bytes);
+      // In standard base64, a key with + or / in it: one that base64url's alphabet does not hold.
+      let made = await encryptForTest(`${secretWord} body`, bytes);
+      const written = () => Buffer.from(made.key, 'base64url').toString(encoding);
+      while (encoding === 'base64' && !/[+/]/.test(written())) made = await encryptForTest(`${secretWord} body`, bytes);
+      const { wire } = made;
+      const key = written();
       const id = await createPaste(server, apiKey, { content: wire, encrypt: true });
       const { page, seen } = await openPage();
-      await page.goto(`${server.url}/view/${id}#${key}`);
+      await page.goto(`${server.url}/view/${id}#${encodeURIComponent(key)}`);
       assert.equal(
         await settledStatus(page),
         'This key is not whole: a key is 43 characters (a 256-bit key). Check that the link was copied entire.',
-        `${bytes * 8}-bit key`,
+        `${bytes * 8}-bit key in ${encoding}`,
       );
       assert.equal(await page.textContent('#plaintext'), '');
       assert.ok(!(await page.innerText('body')).includes(secretWord));

@@ -49,6 +49,8 @@
     // Told by its length before decoding: some lengths cut short are not base64 at all.
     if (/^[A-Za-z0-9_-]*=*$/.test(keyText) && !/^[A-Za-z0-9_-]{43}=?$/.test(keyText)) throw new WrongKeyLength();
     const raw = fromBase64Url(keyText);
+    // Standard base64 (+ and /) decodes too: its length is told once decoded.
+    if (raw.length !== 32) throw new WrongKeyLength();
     const key = await crypto.subtle.importKey('raw', raw, 'AES-GCM', false, ['decrypt']);
     const plain = await crypto.subtle.decrypt({ name: 'AES-GCM', iv: fromBase64(parts[1]) }, key, fromBase64(parts[2]));
     return new TextDecoder().decode(plain);
@@ -103,7 +105,9 @@
 
   form.addEventListener('submit', (event) => {
     event.preventDefault();
-    show(() => keyInput.value.trim());
+    const typed = keyInput.value.trim();
+    if (typed === '') status.textContent = 'Enter the key to decrypt the paste.';
+    else show(() => typed);
   });
   const fragment = location.hash.slice(1);
   if (fragment) show(() => decodeURIComponent(fragment));
