@@ -395,6 +395,29 @@ describe('fastpaste command', () => {
     assertOk(await fastpaste(['keys', 'create', '--name', 'after repair'], env), 'keys create');
   });
 
+  it('with nothing to migrate, a command takes no write lock: it runs while another connection holds one', {
+    skip: onPostgres && 'SQLite only',
+  }, async (t) => {
+    const db = await freshDatabase();
+    t.after(() => db.drop());
+    const env = { DATABASE_URL: db.url };
+    assertOk(await fastpaste(['migrate'], env), 'migrate');
+    assertOk(await fastpaste(['keys', 'create', '--name', 'listed'], env), 'keys create');
+    const { default: Sqlite } = await import('better-sqlite3');
+    const holder = new Sqlite(db.url.slice('sqlite:'.length));
+    holder.exec('BEGIN IMMEDIATE'); // a server's write under way, say
+    try {
+      const started = Date.now();
+      const listed = await fastpaste(['keys', 'list'], env);
+      assertOk(listed, 'keys list beside a write lock');
+      assert.match(listed.stdout, /listed/);
+      assert.ok(Date.now() - started < 20_000, `waited ${Date.now() - started} ms`);
+    } finally {
+      holder.exec('ROLLBACK');
+      holder.close();
+    }
+  });
+
   it('three migrate commands at once on a new database all succeed, each migration applied once', async (t) => {
     const db = await freshDatabase();
     t.after(() => db.drop());

@@ -273,8 +273,11 @@ class CompiledMigrations implements MigrationProvider {
 export async function migrateToLatest(storage: Pick<Storage, 'openMigrationDb' | 'sqlite'>): Promise<string[]> {
   const { db, release } = storage.openMigrationDb();
   try {
-    if (storage.sqlite) return await inOneSqliteTransaction(storage.sqlite, db, () => migrateOn(db));
-    return await migrateOn(db);
+    if (!storage.sqlite) return await migrateOn(db);
+    // Nothing pending (every start but the first after an upgrade): no write lock taken, so a
+    // command runs beside a server's writes, or on a file it may only read.
+    if (!(await anyPending(db))) return [];
+    return await inOneSqliteTransaction(storage.sqlite, db, () => migrateOn(db));
   } finally {
     await release();
   }
@@ -316,16 +319,28 @@ async function inOneSqliteTransaction<T>(
 }
 
 // biome-ignore lint/suspicious/noExplicitAny: migrations run on any schema, before the typed one exists
-async function migrateOn(db: Kysely<any>): Promise<string[]> {
+async function migratorOn(db: Kysely<any>): Promise<Migrator> {
   // On PostgreSQL the migrator's own tables are named with the current schema: its "does the
   // table exist" check looks across every schema, and a database holding several fastpaste
   // schemas (one per tenant or test) would otherwise find another schema's table.
   const schema = await currentSchema(db);
-  const migrator = new Migrator({
+  return new Migrator({
     db,
     provider: new CompiledMigrations(),
     ...(schema ? { migrationTableSchema: schema } : {}),
   });
+}
+
+/** Whether a migration is not yet applied (read only: the migrator's tables are not made). */
+// biome-ignore lint/suspicious/noExplicitAny: see migratorOn
+async function anyPending(db: Kysely<any>): Promise<boolean> {
+  const migrations = await (await migratorOn(db)).getMigrations();
+  return migrations.some((migration) => migration.executedAt === undefined);
+}
+
+// biome-ignore lint/suspicious/noExplicitAny: see migratorOn
+async function migrateOn(db: Kysely<any>): Promise<string[]> {
+  const migrator = await migratorOn(db);
   const { error, results } = await migrator.migrateToLatest();
   if (error) throw error;
   return (results ?? []).filter((r) => r.status === 'Success').map((r) => r.migrationName);
