@@ -530,6 +530,38 @@ describe('a backend that goes away gives fast 503s and the instance heals by its
     });
   }
 
+  /**
+   * A server process on a database of its own reached through `postgresProxy`, and a key with a
+   * webhook to a receiver of the test's: `create` makes a paste with that key.
+   */
+  async function withWebhookKeyBehindProxy(
+    test: (ctx: {
+      db: Awaited<ReturnType<typeof freshDatabase>>;
+      proxy: Awaited<ReturnType<typeof postgresProxy>>;
+      receiver: Awaited<ReturnType<typeof startReceiver>>;
+      server: ServerProcess;
+      create: (content: string) => Promise<Response>;
+    }) => Promise<void>,
+  ): Promise<void> {
+    const db = await freshDatabase();
+    const proxy = await postgresProxy(new URL(db.url));
+    const receiver = await startReceiver();
+    const env = { DATABASE_URL: proxy.url, REDIS_URL: '', WEBHOOK_ALLOW_PRIVATE: 'true' };
+    let server: ServerProcess | undefined;
+    try {
+      const key = await createKey(env, ['--webhook', receiver.url]);
+      server = await startServerProcess(env);
+      const started = server;
+      const create = (content: string) => postJson(started, key, { content, title: content });
+      await test({ db, proxy, receiver, server, create });
+    } finally {
+      await server?.stop();
+      proxy.close();
+      receiver.server.close();
+      await db.drop();
+    }
+  }
+
   const outboxCuts = [
     { text: 'into "pastes"', when: 'before', what: 'the insert cut before it reaches PostgreSQL' },
     {
@@ -540,16 +572,8 @@ describe('a backend that goes away gives fast 503s and the instance heals by its
     { text: 'commit', when: 'after', what: "the commit's reply lost" },
   ] as const;
   for (const { text, when, what } of outboxCuts) {
-    it(`a group of creates of a key with a webhook (outbox rows in its transaction), ${what}: sent again on another session, each create 201, stored and announced once`, async () => {
-      const db = await freshDatabase();
-      const proxy = await postgresProxy(new URL(db.url));
-      const receiver = await startReceiver();
-      const env = { DATABASE_URL: proxy.url, REDIS_URL: '', WEBHOOK_ALLOW_PRIVATE: 'true' };
-      let server: ServerProcess | undefined;
-      try {
-        const key = await createKey(env, ['--webhook', receiver.url]);
-        server = await startServerProcess(env);
-        const create = (content: string) => postJson(server as ServerProcess, key, { content, title: content });
+    it(`a group of creates of a key with a webhook (outbox rows in its transaction), ${what}: sent again on another session, each create 201, stored and announced once`, () =>
+      withWebhookKeyBehindProxy(async ({ db, proxy, receiver, server, create }) => {
         proxy.cutAtNext(text, when);
         const contents = Array.from({ length: 6 }, (_, i) => `announced once ${i}`);
         const sentAt = Date.now();
@@ -580,25 +604,11 @@ describe('a backend that goes away gives fast 503s and the instance heals by its
         // The same process, on a new session, creates and serves.
         const made = await create('made after');
         assert.equal(made.status, 201, await made.clone().text());
-      } finally {
-        await server?.stop();
-        proxy.close();
-        receiver.server.close();
-        await db.drop();
-      }
-    });
+      }));
   }
 
-  it('a group of creates of a key with a webhook whose second try is cut too: answered 503 (never 500), nothing of it stored, the next create 201', async () => {
-    const db = await freshDatabase();
-    const proxy = await postgresProxy(new URL(db.url));
-    const receiver = await startReceiver();
-    const env = { DATABASE_URL: proxy.url, REDIS_URL: '', WEBHOOK_ALLOW_PRIVATE: 'true' };
-    let server: ServerProcess | undefined;
-    try {
-      const key = await createKey(env, ['--webhook', receiver.url]);
-      server = await startServerProcess(env);
-      const create = (content: string) => postJson(server as ServerProcess, key, { content, title: content });
+  it('a group of creates of a key with a webhook whose second try is cut too: answered 503 (never 500), nothing of it stored, the next create 201', () =>
+    withWebhookKeyBehindProxy(async ({ db, proxy, create }) => {
       proxy.cutAtNext('into "pastes"', 'before', 2);
       // One create, alone in its group (two groups at once could share the two cuts).
       const answer = await create('cut twice');
@@ -612,13 +622,7 @@ describe('a backend that goes away gives fast 503s and the instance heals by its
       assert.equal(Number(stored[0]?.n), 0, 'the refused create was stored');
       const made = await create('made after');
       assert.equal(made.status, 201, await made.clone().text());
-    } finally {
-      await server?.stop();
-      proxy.close();
-      receiver.server.close();
-      await db.drop();
-    }
-  });
+    }));
 
   it('a create of a slug another paste holds, its insert cut: the second try finds a row not its own there and takes a suffixed slug', async () => {
     const db = await freshDatabase();
