@@ -2909,6 +2909,53 @@ describe('view counts kept apart from the pastes', () => {
     }
   });
 
+  it("on PostgreSQL, a DELETE's cleanup of counted views that waits behind another instance's flush keeps the counts of a paste made again under the slug meanwhile", {
+    skip: !ON_POSTGRES && 'SQLite runs nothing between a delete and its cleanup',
+  }, async () => {
+    const server = await startServer();
+    const other = new pg.Client({ connectionString: server.databaseUrl });
+    await other.connect();
+    try {
+      const key = await server.createKey();
+      assert.equal(await createPaste(server, key, { content: 'counted once', slug: 'recounted' }), 'recounted');
+      const [made] = await server.sql<{ created_at: number }>("SELECT created_at FROM pastes WHERE id = 'recounted'");
+      const first = Number(made?.created_at);
+      await server.sql(`INSERT INTO paste_views (paste_id, created_at, views) VALUES ('recounted', ${first}, 4)`);
+      // Another instance's flush holds the count row...
+      await other.query('BEGIN');
+      await other.query("UPDATE paste_views SET views = views WHERE paste_id = 'recounted'");
+      const deleting = request(`${server.url}/api/v1/paste/recounted`, {
+        method: 'DELETE',
+        headers: { 'x-api-key': key },
+      });
+      const waiting = async () =>
+        Number(
+          (
+            await other.query(
+              "SELECT COUNT(*) AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'",
+            )
+          ).rows[0].n,
+        );
+      for (let i = 0; i < 100 && (await waiting()) === 0; i++) await new Promise((resolve) => setTimeout(resolve, 20));
+      assert.equal(await waiting(), 1, "the DELETE's cleanup waits for the count row");
+      // ...and writes the first counts of a paste made again under the slug since the delete.
+      await other.query(`UPDATE paste_views SET created_at = ${first + 5000}, views = 3 WHERE paste_id = 'recounted'`);
+      await other.query('COMMIT');
+      assert.equal((await deleting).status, 200);
+      const [row] = await server.sql<{ views: number; created_at: number }>(
+        "SELECT views, created_at FROM paste_views WHERE paste_id = 'recounted'",
+      );
+      assert.deepEqual(
+        [Number(row?.views), Number(row?.created_at)],
+        [3, first + 5000],
+        "the new paste's counts were erased",
+      );
+    } finally {
+      await other.end();
+      await server.close();
+    }
+  });
+
   it("a paste made again under a deleted one's slug starts from no views", async () => {
     const server = await startServer();
     try {

@@ -229,7 +229,7 @@ export class PasteService {
       // The deleted row holds none of its counted views (written beside it, or still held here):
       // the paste as peeked does (PUT may make a paste read before view-once). The views held
       // for it go with it, so a paste made again under its slug starts at 0.
-      this.views.forget(id);
+      this.views.forget(id, consumed.createdAt);
       return { paste: { ...consumed, viewCount: paste.viewCount + 1 }, burned: true };
     }
     this.countView(paste);
@@ -384,8 +384,9 @@ export class PasteService {
     if (current.ownerKeyId !== ownerKeyId) {
       throw new AppError('forbidden', 'This paste was not created with your API key.');
     }
-    if (!(await this.pastes.deleteOwned(id, ownerKeyId, this.clock()))) throw notFound();
-    this.views.forget(id);
+    const createdAt = await this.pastes.deleteOwned(id, ownerKeyId, this.clock());
+    if (createdAt === null) throw notFound();
+    this.views.forget(id, createdAt);
     this.listing.forget(ownerKeyId);
   }
 

@@ -93,13 +93,14 @@ export class ViewCounter {
   }
 
   /**
-   * Drops the views of `id` not yet written (its paste was deleted here), so that they are
-   * neither written nor shown on a paste made again under the id.
+   * Drops the views of `id` not yet written (its paste, made at `createdAt`, was deleted here),
+   * so that they are neither written nor shown on a paste made again under the id. Those of a
+   * paste made again under the id while the delete was under way are kept (ViewTable.forget).
    */
-  forget(id: string): void {
-    this.pending.forget(id);
-    this.writing.forget(id);
-    this.unsettled?.counts.forget(id);
+  forget(id: string, createdAt: number): void {
+    this.pending.forget(id, createdAt);
+    this.writing.forget(id, createdAt);
+    this.unsettled?.counts.forget(id, createdAt);
   }
 
   /** Views counted but not yet written (or not known to be: an unsettled chunk's). */

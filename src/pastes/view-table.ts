@@ -92,11 +92,15 @@ export class ViewTable {
     return slots;
   }
 
-  /** Sets the count of `id` to 0, if it has one (the slot stays until the table is cleared). */
-  forget(id: string): void {
+  /**
+   * Sets the count of `id` to 0 (the slot stays until the table is cleared), when it counts the
+   * paste made at `createdAt` (or an older one): not when a paste made since under the id has
+   * counted views here.
+   */
+  forget(id: string, createdAt: number): void {
     if (this.size === 0) return;
     const slot = this.find(id, hashOf(id));
-    if (slot >= 0) this.counts[slot] = 0;
+    if (slot >= 0 && (this.createdAts[slot] as number) <= createdAt) this.counts[slot] = 0;
   }
 
   /** The ids with views held (a forgotten id holds none), and those views in all. */

@@ -895,12 +895,13 @@ export class PasteRepository {
 
   /** Frees an id held only by an expired paste that the sweep has not removed yet. */
   async deleteIfExpired(id: string, now: number): Promise<void> {
-    const result = await this.db
+    const row = await this.db
       .deleteFrom('pastes')
       .where('id', '=', id)
       .where('expires_at', '<=', now)
+      .returning('created_at')
       .executeTakeFirst();
-    if (Number(result.numDeletedRows) > 0) await this.forgetViews(id);
+    if (row) await this.forgetViews(id, row.created_at);
   }
 
   /** The paste if it exists and has not expired at `now`. */
@@ -956,20 +957,23 @@ export class PasteRepository {
       .returningAll()
       .executeTakeFirst();
     if (!row) return undefined;
-    await this.forgetViews(id);
+    await this.forgetViews(id, row.created_at);
     return toPaste(row);
   }
 
   /**
-   * Drops the counted views of a paste that is gone, so that a new paste with its id starts at 0.
+   * Drops the counted views of a paste that is gone (made at `createdAt`), so that a new paste
+   * with its id starts at 0. Only its own counts and older ones (0: untagged): a paste made again
+   * under the id while this statement waited (for a connection, behind a flush's lock; another
+   * instance's, on PostgreSQL) may have its first counts written already, which are kept.
    * Run after the paste's delete has committed, so it never fails the caller: a burned paste's one
    * reader must get its content (D11), and a DELETE that happened must not be answered 503. A row
    * left behind is harmless: counts are tagged with their paste's creation time (migration 0007),
    * and a paste made again under the id has another.
    */
-  private async forgetViews(id: string): Promise<void> {
+  private async forgetViews(id: string, createdAt: number): Promise<void> {
     try {
-      await this.db.deleteFrom('paste_views').where('paste_id', '=', id).execute();
+      await this.db.deleteFrom('paste_views').where('paste_id', '=', id).where('created_at', '<=', createdAt).execute();
     } catch {
       // Left for the tag to keep apart (above).
     }
@@ -1043,17 +1047,18 @@ export class PasteRepository {
     return row ? toPaste(row) : undefined;
   }
 
-  /** Deletes a live paste of that owner; returns whether one was deleted. */
-  async deleteOwned(id: string, ownerKeyId: string, now: number): Promise<boolean> {
-    const result = await this.db
+  /** Deletes a live paste of that owner; returns the deleted paste's creation time, or null. */
+  async deleteOwned(id: string, ownerKeyId: string, now: number): Promise<number | null> {
+    const row = await this.db
       .deleteFrom('pastes')
       .where('id', '=', id)
       .where('owner_key_id', '=', ownerKeyId)
       .where(liveAt(now))
+      .returning('created_at')
       .executeTakeFirst();
-    if (Number(result.numDeletedRows) === 0) return false;
-    await this.forgetViews(id);
-    return true;
+    if (!row) return null;
+    await this.forgetViews(id, row.created_at);
+    return row.created_at;
   }
 
   /**
