@@ -118,6 +118,24 @@ function withoutRetryTimer(views: unknown): void {
 }
 
 /** Creates a paste through the API with the key; returns its id. */
+/** How many sessions of the database wait for a lock, once one does (or after 2 s). */
+async function untilLockWaits(client: pg.Client): Promise<number> {
+  const waiting = async () =>
+    Number(
+      (
+        await client.query(
+          "SELECT COUNT(*) AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'",
+        )
+      ).rows[0].n,
+    );
+  for (let i = 0; i < 100; i++) {
+    const n = await waiting();
+    if (n > 0) return n;
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+  return waiting();
+}
+
 async function createPaste(server: TestServer, key: string, json: Record<string, unknown>): Promise<string> {
   const created = await request(`${server.url}/api/v1/paste`, { method: 'POST', headers: { 'x-api-key': key }, json });
   assert.equal(created.status, 201, created.text);
@@ -2887,16 +2905,7 @@ describe('view counts kept apart from the pastes', () => {
       await other.query("SELECT id FROM pastes WHERE id = 'DLc' FOR UPDATE");
       await other.query("UPDATE paste_views SET views = views + 1 WHERE paste_id = 'DLa'");
       const sweeping = server.services.pastes.sweepExpired({ firstBatch: 10, minPauseMs: 0 });
-      const waiting = async () =>
-        Number(
-          (
-            await other.query(
-              "SELECT COUNT(*) AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'",
-            )
-          ).rows[0].n,
-        );
-      for (let i = 0; i < 100 && (await waiting()) === 0; i++) await new Promise((resolve) => setTimeout(resolve, 20));
-      assert.equal(await waiting(), 1, 'the sweep waits for the count row DLa');
+      assert.equal(await untilLockWaits(other), 1, 'the sweep waits for the count row DLa');
       // Had the sweep taken DLb before waiting for DLa, this would deadlock.
       await other.query("UPDATE paste_views SET views = views + 1 WHERE paste_id = 'DLb'");
       await other.query('COMMIT');
@@ -2928,16 +2937,7 @@ describe('view counts kept apart from the pastes', () => {
         method: 'DELETE',
         headers: { 'x-api-key': key },
       });
-      const waiting = async () =>
-        Number(
-          (
-            await other.query(
-              "SELECT COUNT(*) AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'",
-            )
-          ).rows[0].n,
-        );
-      for (let i = 0; i < 100 && (await waiting()) === 0; i++) await new Promise((resolve) => setTimeout(resolve, 20));
-      assert.equal(await waiting(), 1, "the DELETE's cleanup waits for the count row");
+      assert.equal(await untilLockWaits(other), 1, "the DELETE's cleanup waits for the count row");
       // ...and writes the first counts of a paste made again under the slug since the delete.
       await other.query(`UPDATE paste_views SET created_at = ${first + 5000}, views = 3 WHERE paste_id = 'recounted'`);
       await other.query('COMMIT');
