@@ -7,7 +7,13 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { AppError, type FieldProblem, invalidRequest } from '../../errors.js';
 import type { ContentChecker } from '../../pastes/content-check.js';
 import { EXPIRY_VALUES } from '../../pastes/expiry.js';
-import { MAX_TEXT_BYTES, parseCreateInput, parseFormBoolean, tooLarge } from '../../pastes/paste-input.js';
+import {
+  checkContent,
+  MAX_TEXT_BYTES,
+  parseCreateInput,
+  parseFormBoolean,
+  tooLarge,
+} from '../../pastes/paste-input.js';
 import { decodeTextFile } from '../../pastes/uploads.js';
 import { declaredLengthGuard, readMultipartForm, UrlEncodedBody } from '../request-bodies.js';
 import { type AccessDeps, keyIfSent, optionalApiKey } from './authentication.js';
@@ -159,6 +165,12 @@ export async function registerCliRoutes(
   app.post('/api/v1/cli', anonymousCreateOptions(deps), async (request, reply) => {
     const anonymous = request.apiKey === null;
     const { content, params } = await readQuickCreate(request, anonymous);
+    // Anonymous content: D6's length and size first (too short or too large whatever it holds),
+    // then the content check (binary, NUL included, is content_rejected), then the fields' rules.
+    if (anonymous && content !== undefined) {
+      checkContent(content);
+      deps.contentChecker.check(content);
+    }
     const json = wantsJson(request, params);
     const fields: Record<string, unknown> = { content };
     if (params.expiry !== undefined) fields.expiry = params.expiry;
@@ -166,12 +178,8 @@ export async function registerCliRoutes(
     if (params.lang !== undefined) fields.language = params.lang;
     if (params.burn !== undefined) fields.burn = params.burn;
     const input = asSent(() => parseCreateInput(fields, 'form'));
-    // After D6's rules and the fields' own, as the home page's form: content too short or too
-    // large is content_too_short or 413 whatever it holds, a title refused invalid_request.
-    if (anonymous) {
-      deps.contentChecker.check(input.content);
-      deps.contentChecker.checkTitle(input.title);
-    }
+    // After the title's own rules: a title they refuse is invalid_request, not content_rejected.
+    if (anonymous) deps.contentChecker.checkTitle(input.title);
     const created = await pastes.create(input, {
       owner: request.apiKey,
       source: 'cli',
