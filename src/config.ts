@@ -45,21 +45,22 @@ export class ConfigError extends Error {}
 
 type Env = Record<string, string | undefined>;
 
-const BOOLEANS: Record<string, boolean> = {
-  true: true,
-  false: false,
-  '1': true,
-  '0': false,
-  yes: true,
-  no: false,
-  on: true,
-  off: false,
-};
+/** The words of a yes/no setting (a Map: `constructor` or `__proto__` is no word of it). */
+const BOOLEANS = new Map<string, boolean>([
+  ['true', true],
+  ['false', false],
+  ['1', true],
+  ['0', false],
+  ['yes', true],
+  ['no', false],
+  ['on', true],
+  ['off', false],
+]);
 
 function readBoolean(env: Env, name: string, fallback: boolean): boolean {
   const raw = env[name];
   if (raw === undefined || raw === '') return fallback;
-  const value = BOOLEANS[raw.trim().toLowerCase()];
+  const value = BOOLEANS.get(raw.trim().toLowerCase());
   if (value === undefined) throw new ConfigError(`${name} must be true or false, got "${raw}"`);
   return value;
 }
@@ -68,7 +69,8 @@ function readBoolean(env: Env, name: string, fallback: boolean): boolean {
 function readTrustProxy(env: Env): number {
   const raw = env.TRUST_PROXY?.trim().toLowerCase() ?? '';
   if (raw === '') return 0;
-  const value = /^\d+$/.test(raw) ? Number(raw) : BOOLEANS[raw] === undefined ? -1 : Number(BOOLEANS[raw]);
+  const word = BOOLEANS.get(raw);
+  const value = /^\d+$/.test(raw) ? Number(raw) : word === undefined ? -1 : Number(word);
   if (value < 0 || value > 10) {
     throw new ConfigError(`TRUST_PROXY must be true, false or a number of proxies (1 to 10), got "${env.TRUST_PROXY}"`);
   }
@@ -93,7 +95,12 @@ function readInteger(env: Env, name: string, fallback: number, min: number, max:
 export function withoutCredentials(raw: string): string {
   // Up to the last @: a password may hold / ? # or @ unencoded (then the URL does not parse,
   // which is exactly when a message shows it); a path's own @ is left out too, which is harmless.
-  return raw.replace(/^([a-z][a-z0-9+.-]*:\/\/).*@/is, '$1***@');
+  if (/^[a-z][a-z0-9+.-]*:\/\//i.test(raw)) return raw.replace(/^([a-z][a-z0-9+.-]*:\/\/).*@/is, '$1***@');
+  // No scheme:// and credentials in it (a typo, postgres:/u:pw@h or redis//:pw@h, or libpq's
+  // keywords, password=pw): where a password would end cannot be told, so nothing after the
+  // scheme is shown.
+  if (!/[@=]/.test(raw)) return raw;
+  return `${/^[a-z][a-z0-9+.-]*:?/i.exec(raw)?.[0] ?? ''}…`;
 }
 
 function readUrl(env: Env, name: string, fallback: string | null, protocols: string[]): string | null {
@@ -108,6 +115,13 @@ function readUrl(env: Env, name: string, fallback: string | null, protocols: str
   }
   if (!protocols.includes(url.protocol)) {
     throw new ConfigError(`${name} must start with ${protocols.map((p) => `${p}//`).join(' or ')}`);
+  }
+  // The parser mends `http:/host` and `redis:host:6379` (a host read as a socket path by
+  // ioredis): a value without `//` and a host is a typo, refused rather than used as typed.
+  if (!/^[a-z][a-z0-9+.-]*:\/\//i.test(raw) || url.hostname === '') {
+    throw new ConfigError(
+      `${name} must be a URL with a host, as ${protocols[0]}//host:port, got "${withoutCredentials(raw)}"`,
+    );
   }
   return raw;
 }

@@ -463,6 +463,12 @@ describe('fastpaste command', () => {
       // A password holding / (base64's) unencoded: the URL does not parse, the line still hides it.
       [['serve'], { REDIS_URL: 'redis://:ab/s3cret-pw@redis.example:6379' }, 'REDIS_URL'],
       [['keys', 'list'], { DATABASE_URL: 'postgres://fastpaste:ab/s3cret-pw@db.example:5432/fp' }, 'DATABASE_URL'],
+      // A typo in the scheme, or libpq's keywords: where the password ends cannot be told.
+      [['keys', 'list'], { DATABASE_URL: 'postgres:/app:s3cret-pw@db.example/fp' }, 'DATABASE_URL'],
+      [['keys', 'list'], { DATABASE_URL: 'postgres//app:s3cret-pw@db.example/fp' }, 'DATABASE_URL'],
+      [['keys', 'list'], { DATABASE_URL: 'host=db.example password=s3cret-pw' }, 'DATABASE_URL'],
+      [['serve'], { REDIS_URL: 'redis//:s3cret-pw@cache.example' }, 'REDIS_URL'],
+      [['serve'], { REDIS_URL: 'redis:/:s3cret-pw@cache.example:6379' }, 'REDIS_URL'],
       // An empty SQLite path would be a database in memory, every key and paste gone at exit.
       [['keys', 'list'], { DATABASE_URL: 'sqlite:' }, 'DATABASE_URL'],
     ];

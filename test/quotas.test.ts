@@ -849,6 +849,15 @@ describe('anonymous content check (400 content_rejected)', () => {
       ['API_ENABLED', 'maybe'],
       ['ANONYMOUS_CLI', 'perhaps'],
       ['REDIS_URL', 'http://127.0.0.1:6379'],
+      // Words a plain object holds are no yes/no word.
+      ['API_ENABLED', 'constructor'],
+      ['ANONYMOUS_CLI', '__proto__'],
+      ['TRUST_PROXY', 'constructor'],
+      // Typos the URL parser would mend: no // or no host.
+      ['REDIS_URL', 'redis:cache:6379'],
+      ['REDIS_URL', 'redis:/:pw@cache:6379'],
+      ['BASE_URL', 'http:/paste.example.com'],
+      ['BASE_URL', 'https:paste.example.com'],
     ];
     for (const [name, value] of cases) {
       assert.throws(() => loadConfig({ [name]: value }), new RegExp(name), `${name}=${value}`);
