@@ -5,6 +5,7 @@
  */
 
 import { existsSync } from 'node:fs';
+import { isIP } from 'node:net';
 import { ContentChecker } from './pastes/content-check.js';
 
 export interface Config {
@@ -189,12 +190,22 @@ function readBlocklist(env: Env): string | null {
   return file;
 }
 
+/** HOST: an IP address or a host name to listen on (a bad one failed at listen, not naming HOST). */
+function readHost(env: Env): string {
+  const host = env.HOST?.trim() || '127.0.0.1';
+  const name = /^(?=.{1,253}$)([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*\.?$/i;
+  if (isIP(host) === 0 && !name.test(host)) {
+    throw new ConfigError(`HOST must be an IP address or a host name to listen on, got "${env.HOST}"`);
+  }
+  return host;
+}
+
 const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];
 
 /** Reads and checks every setting; throws ConfigError with one readable line on a bad value. */
 export function loadConfig(env: Env = process.env): Config {
   const port = readInteger(env, 'PORT', 8080, 0, 65535);
-  const host = env.HOST?.trim() || '127.0.0.1';
+  const host = readHost(env);
   const baseUrl = readBaseUrl(env, port);
   const databaseUrl = readDatabaseUrl(env);
   const requestTimeoutSeconds = readInteger(env, 'REQUEST_TIMEOUT_SECONDS', 120, 1, 3600);

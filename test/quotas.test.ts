@@ -858,6 +858,8 @@ describe('anonymous content check (400 content_rejected)', () => {
       ['REDIS_URL', 'redis:/:pw@cache:6379'],
       ['BASE_URL', 'http:/paste.example.com'],
       ['BASE_URL', 'https:paste.example.com'],
+      ['HOST', 'not a host'],
+      ['HOST', 'http://0.0.0.0'],
     ];
     for (const [name, value] of cases) {
       assert.throws(() => loadConfig({ [name]: value }), new RegExp(name), `${name}=${value}`);
@@ -876,6 +878,9 @@ describe('anonymous content check (400 content_rejected)', () => {
     assert.equal(loadConfig({ TRUST_PROXY: '2' }).trustProxy, 2);
     assert.equal(loadConfig({ TRUST_PROXY: 'false' }).trustProxy, 0);
     assert.equal(defaults.redisUrl, null);
+    for (const host of ['0.0.0.0', '::', '::1', 'localhost', 'paste-1.internal', '10.0.0.7']) {
+      assert.equal(loadConfig({ HOST: host }).host, host);
+    }
   });
 });
 
