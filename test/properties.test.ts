@@ -2676,16 +2676,21 @@ describe('properties: view counts kept off the heap', () => {
     }
   });
 
-  it("ViewTable counts as a Map does, keeps the newest created_at of each id, forgets a paste's counts (not a newer one's), and lists its ids in the byte order of their UTF-8", () => {
+  it("ViewTable counts as a Map does, one paste an id (a later one starts afresh, an earlier one's late views dropped), forgets a paste's counts (not a newer one's), and lists its ids in the byte order of their UTF-8", () => {
     fc.assert(
       fc.property(fc.array(op, { maxLength: 400, size: 'max' }), (ops) => {
         const table = new ViewTable(16);
         const model = new Map<string, [number, number]>();
         for (const o of ops) {
           if ('add' in o) {
-            const [count, createdAt] = model.get(o.add) ?? [0, 0];
-            const want = count + o.n;
-            model.set(o.add, [want, Math.max(createdAt, o.createdAt)]);
+            // One paste a slot: a later paste's first views start it afresh, an earlier one's are dropped.
+            const held = model.get(o.add);
+            if (held && o.createdAt < held[1]) {
+              assert.equal(table.add(o.add, o.n, o.createdAt), 0);
+              continue;
+            }
+            const want = (held && held[1] === o.createdAt ? held[0] : 0) + o.n;
+            model.set(o.add, [want, o.createdAt]);
             assert.equal(table.add(o.add, o.n, o.createdAt), want);
           } else if ('get' in o) {
             const [count, createdAt] = model.get(o.get) ?? [0, 0];
@@ -2693,10 +2698,10 @@ describe('properties: view counts kept off the heap', () => {
             assert.equal(table.get(o.get, createdAt), count, 'its own paste');
             assert.equal(table.get(o.get, createdAt + 1), 0, "another paste's");
           } else if ('forget' in o) {
-            // Only the counts of the paste made then or before: not a newer one's under the id.
+            // Only the counts of the paste made then: not a newer one's under the id.
             table.forget(o.forget, o.createdAt);
             const kept = model.get(o.forget);
-            if (kept && kept[1] <= o.createdAt) model.set(o.forget, [0, kept[1]]);
+            if (kept && kept[1] === o.createdAt) model.set(o.forget, [0, kept[1]]);
           } else {
             table.clear();
             model.clear();

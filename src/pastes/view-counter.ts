@@ -95,7 +95,8 @@ export class ViewCounter {
   /**
    * Drops the views of `id` not yet written (its paste, made at `createdAt`, was deleted here),
    * so that they are neither written nor shown on a paste made again under the id. Those of a
-   * paste made again under the id while the delete was under way are kept (ViewTable.forget).
+   * paste made again under the id while the delete was under way are kept (ViewTable.forget),
+   * and do not include the deleted paste's (ViewTable.add).
    */
   forget(id: string, createdAt: number): void {
     this.pending.forget(id, createdAt);

@@ -39,7 +39,12 @@ export class ViewTable {
     this.arena = Buffer.allocUnsafe(capacity * 8);
   }
 
-  /** Adds `n` views to `id`, of the paste made at `createdAt`; returns its count now. */
+  /**
+   * Adds `n` views to `id`, of the paste made at `createdAt`; returns its count now. A slot
+   * counts one paste at a time: ids are unique, so a paste made later under the id means the
+   * earlier one is gone. Its first views start the slot afresh (the gone paste's are not added
+   * to them), and views of an earlier paste counted late are dropped (0 returned).
+   */
   add(id: string, n: number, createdAt: number): number {
     const hash = hashOf(id);
     let slot = this.find(id, hash);
@@ -47,8 +52,10 @@ export class ViewTable {
       if (this.size + 1 > (this.mask + 1) / 2) this.grow();
       slot = this.insert(id, hash);
       this.createdAts[slot] = createdAt;
-    } else if (createdAt > (this.createdAts[slot] as number)) {
+    } else if (createdAt !== this.createdAts[slot]) {
+      if (createdAt < (this.createdAts[slot] as number)) return 0;
       this.createdAts[slot] = createdAt;
+      this.counts[slot] = 0;
     }
     const count = (this.counts[slot] as number) + n;
     this.counts[slot] = count;
@@ -94,13 +101,12 @@ export class ViewTable {
 
   /**
    * Sets the count of `id` to 0 (the slot stays until the table is cleared), when it counts the
-   * paste made at `createdAt` (or an older one): not when a paste made since under the id has
-   * counted views here.
+   * paste made at `createdAt`: not when a paste made since under the id has counted views here.
    */
   forget(id: string, createdAt: number): void {
     if (this.size === 0) return;
     const slot = this.find(id, hashOf(id));
-    if (slot >= 0 && (this.createdAts[slot] as number) <= createdAt) this.counts[slot] = 0;
+    if (slot >= 0 && this.createdAts[slot] === createdAt) this.counts[slot] = 0;
   }
 
   /** The ids with views held (a forgotten id holds none), and those views in all. */

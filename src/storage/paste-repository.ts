@@ -963,9 +963,10 @@ export class PasteRepository {
 
   /**
    * Drops the counted views of a paste that is gone (made at `createdAt`), so that a new paste
-   * with its id starts at 0. Only its own counts and older ones (0: untagged): a paste made again
-   * under the id while this statement waited (for a connection, behind a flush's lock; another
-   * instance's, on PostgreSQL) may have its first counts written already, which are kept.
+   * with its id starts at 0. Only its own counts (and untagged ones, 0), as reads take them, not
+   * by comparing times (instances' clocks differ): a paste made again under the id while this
+   * statement waited (for a connection, behind a flush's lock; another instance's, on
+   * PostgreSQL) may have its first counts written already, which are kept.
    * Run after the paste's delete has committed, so it never fails the caller: a burned paste's one
    * reader must get its content (D11), and a DELETE that happened must not be answered 503. A row
    * left behind is harmless: counts are tagged with their paste's creation time (migration 0007),
@@ -973,7 +974,11 @@ export class PasteRepository {
    */
   private async forgetViews(id: string, createdAt: number): Promise<void> {
     try {
-      await this.db.deleteFrom('paste_views').where('paste_id', '=', id).where('created_at', '<=', createdAt).execute();
+      await this.db
+        .deleteFrom('paste_views')
+        .where('paste_id', '=', id)
+        .where('created_at', 'in', [createdAt, 0])
+        .execute();
     } catch {
       // Left for the tag to keep apart (above).
     }
