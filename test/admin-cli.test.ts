@@ -418,6 +418,23 @@ describe('fastpaste command', () => {
     }
   });
 
+  it('a database a newer build migrated is refused, not used on a schema this build was not written for', async (t) => {
+    const db = await freshDatabase();
+    t.after(() => db.drop());
+    const env = { DATABASE_URL: db.url };
+    assertOk(await fastpaste(['migrate'], env), 'migrate');
+    await queryDatabase(
+      db.url,
+      "INSERT INTO kysely_migration (name, timestamp) VALUES ('9999_from_a_newer_build', '2026-11-29T00:00:00.000Z')",
+    );
+    for (const args of [['keys', 'list'], ['migrate']]) {
+      const run = await fastpaste(args, env);
+      assert.notEqual(run.code, 0, `${args.join(' ')} ran on a newer build's database`);
+      assert.match(run.stderr, /9999_from_a_newer_build/);
+      assert.equal(run.stderr.trim().split('\n').length, 1, `not one line: ${run.stderr}`);
+    }
+  });
+
   it('three migrate commands at once on a new database all succeed, each migration applied once', async (t) => {
     const db = await freshDatabase();
     t.after(() => db.drop());

@@ -3,6 +3,7 @@
  * (house style 7). They use only column types both SQLite and PostgreSQL understand.
  */
 import { type Kysely, type Migration, type MigrationProvider, Migrator, sql } from 'kysely';
+import { ConfigError } from '../config.js';
 import type { Storage } from './database.js';
 
 const migrations: Record<string, Migration> = {
@@ -331,17 +332,30 @@ async function migratorOn(db: Kysely<any>): Promise<Migrator> {
   });
 }
 
-/** Whether a migration is not yet applied (read only: the migrator's tables are not made). */
+/**
+ * Whether the migrator has work (read only: its tables are not made): a migration not yet
+ * applied, or one applied that this build does not know (a newer build's), which migrateOn
+ * refuses, as Kysely's migrator does ("corrupted migrations"), rather than start on a schema
+ * it was not written for.
+ */
 // biome-ignore lint/suspicious/noExplicitAny: see migratorOn
 async function anyPending(db: Kysely<any>): Promise<boolean> {
   const migrations = await (await migratorOn(db)).getMigrations();
-  return migrations.some((migration) => migration.executedAt === undefined);
+  if (migrations.some((migration) => migration.executedAt === undefined)) return true;
+  const applied = await sql<{ n: number }>`SELECT count(*) AS n FROM kysely_migration`.execute(db);
+  return Number(applied.rows[0]?.n) !== migrations.length;
 }
 
 // biome-ignore lint/suspicious/noExplicitAny: see migratorOn
 async function migrateOn(db: Kysely<any>): Promise<string[]> {
   const migrator = await migratorOn(db);
   const { error, results } = await migrator.migrateToLatest();
+  const unknown = /previously executed migration (\S+) is missing/.exec(String((error as Error | undefined)?.message));
+  if (unknown) {
+    throw new ConfigError(
+      `DATABASE_URL names a database a newer fastpaste migrated (${unknown[1]}, which this version does not know): run that version or a later one`,
+    );
+  }
   if (error) throw error;
   return (results ?? []).filter((r) => r.status === 'Success').map((r) => r.migrationName);
 }
