@@ -119,7 +119,9 @@ function readUrl(env: Env, name: string, fallback: string | null, protocols: str
   }
   // The parser mends `http:/host` and `redis:host:6379` (a host read as a socket path by
   // ioredis): a value without `//` and a host is a typo, refused rather than used as typed.
-  if (!/^[a-z][a-z0-9+.-]*:\/\//i.test(raw) || url.hostname === '') {
+  // (ioredis's socket form, redis:///?path=/run/redis.sock, has no host and is a URL still.)
+  const socket = url.protocol.startsWith('redis') && url.searchParams.has('path');
+  if (!/^[a-z][a-z0-9+.-]*:\/\//i.test(raw) || (url.hostname === '' && !socket)) {
     throw new ConfigError(
       `${name} must be a URL with a host, as ${protocols[0]}//host:port, got "${withoutCredentials(raw)}"`,
     );
@@ -193,7 +195,8 @@ function readBlocklist(env: Env): string | null {
 /** HOST: an IP address or a host name to listen on (a bad one failed at listen, not naming HOST). */
 function readHost(env: Env): string {
   const host = env.HOST?.trim() || '127.0.0.1';
-  const name = /^(?=.{1,253}$)([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*\.?$/i;
+  // Labels of letters, digits, - and _ (an /etc/hosts name may hold one).
+  const name = /^(?=.{1,253}$)([a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?)(\.[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?)*\.?$/i;
   if (isIP(host) === 0 && !name.test(host)) {
     throw new ConfigError(`HOST must be an IP address or a host name to listen on, got "${env.HOST}"`);
   }

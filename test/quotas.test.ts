@@ -878,7 +878,24 @@ describe('anonymous content check (400 content_rejected)', () => {
     assert.equal(loadConfig({ TRUST_PROXY: '2' }).trustProxy, 2);
     assert.equal(loadConfig({ TRUST_PROXY: 'false' }).trustProxy, 0);
     assert.equal(defaults.redisUrl, null);
-    for (const host of ['0.0.0.0', '::', '::1', 'localhost', 'paste-1.internal', '10.0.0.7']) {
+    // ioredis's socket form has no host.
+    assert.equal(
+      loadConfig({ REDIS_URL: 'redis:///?path=/run/redis.sock' }).redisUrl,
+      'redis:///?path=/run/redis.sock',
+    );
+    for (const redis of ['rediss://cache.example', 'redis://:pw@cache:6379/0', 'redis://[::1]:6379']) {
+      assert.equal(loadConfig({ REDIS_URL: redis }).redisUrl, redis);
+    }
+    for (const host of [
+      '0.0.0.0',
+      '::',
+      '::1',
+      'fe80::1%eth0',
+      'localhost',
+      'paste-1.internal',
+      'my_host',
+      '10.0.0.7',
+    ]) {
       assert.equal(loadConfig({ HOST: host }).host, host);
     }
   });
