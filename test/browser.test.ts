@@ -274,6 +274,11 @@ describe('pages in a real browser', {
       assert.equal(await page.isVisible('#ciphertext'), true, `no ciphertext shown for ${JSON.stringify(fragment)}`);
       assert.equal((await page.innerText('#ciphertext')).trim(), wire);
       assert.ok(!(await page.innerText('body')).includes(secretWord));
+      if (fragment === '') {
+        await page.click('#e2e-key-form button'); // nothing typed: the page is still the last copy
+        assert.match((await page.textContent('#e2e-status')) ?? '', /^Enter the key.*It was deleted from the server/);
+        assert.equal(await page.isVisible('#ciphertext'), true);
+      }
       await page.fill('#e2e-key', key);
       await page.click('#e2e-key-form button');
       assert.equal(await decrypted(page), `${secretWord} body`);

@@ -106,8 +106,9 @@
   form.addEventListener('submit', (event) => {
     event.preventDefault();
     const typed = keyInput.value.trim();
-    if (typed === '') status.textContent = 'Enter the key to decrypt the paste.';
-    else show(() => typed);
+    if (typed !== '') return show(() => typed);
+    status.textContent = 'Enter the key to decrypt the paste.';
+    keepCiphertext();
   });
   const fragment = location.hash.slice(1);
   if (fragment) show(() => decodeURIComponent(fragment));
