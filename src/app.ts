@@ -12,7 +12,7 @@ import { AppError } from './errors.js';
 import { giveBackRefusedCounts } from './http/api/authentication.js';
 import { registerCliRoutes } from './http/api/cli-routes.js';
 import { createFromJson, registerPasteRoutes } from './http/api/paste-routes.js';
-import { answerClientError, answerUnmetExpectations } from './http/client-errors.js';
+import { answerClientError, answerUnmetExpectations, refuseConnect } from './http/client-errors.js';
 import { ErrorLog } from './http/error-log.js';
 import { sendError } from './http/error-presenter.js';
 import { askForBodiesWhenAdmitted } from './http/expect-continue.js';
@@ -213,6 +213,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     done(null, payload);
   });
   answerUnmetExpectations(app.server);
+  refuseConnect(app.server);
   app.addHook('preClose', (done) => {
     lane.closing = true;
     // An answer whose head went out before the close (the lane's answers of this turn, whose

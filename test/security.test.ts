@@ -232,6 +232,20 @@ describe('only the owner can update, delete or list its pastes (D14)', () => {
     assert.deepEqual(await pasteRow(server, plain), before);
   });
 
+  it('CONNECT (a proxy method) is answered 405 in the envelope with Allow and the security headers, not a dropped connection', async () => {
+    for (const target of ['example.com:443', `/api/v1/paste/${plain}`]) {
+      const answer = await sendRaw(
+        Number(new URL(server.url).port),
+        `CONNECT ${target} HTTP/1.1\r\nHost: example.com:443\r\n\r\n`,
+      );
+      assert.match(answer, /^HTTP\/1\.1 405 /, `CONNECT ${target}: ${JSON.stringify(answer)}`);
+      const [head = '', body = ''] = answer.split('\r\n\r\n');
+      assert.match(head, /\r\nallow: GET, HEAD, POST, PUT, DELETE\r\n/i);
+      assert.match(head, /\r\nx-content-type-options: nosniff\r\n/i);
+      assert.equal((JSON.parse(body) as { code: string }).code, 'method_not_allowed');
+    }
+  });
+
   it('a burst of 40 parallel PUTs and DELETEs by another key are all refused; the paste is intact', async () => {
     const before = await pasteRow(server, plain);
     const results = await Promise.all(

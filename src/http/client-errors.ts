@@ -73,6 +73,7 @@ function writeRefusal(socket: Socket, error: AppError): void {
   const body = envelope(error);
   const headers = {
     ...SECURITY_HEADERS,
+    ...error.headers,
     'content-type': 'application/json; charset=utf-8',
     'content-length': String(Buffer.byteLength(body)),
     connection: 'close',
@@ -81,6 +82,21 @@ function writeRefusal(socket: Socket, error: AppError): void {
     .map(([name, value]) => `${name}: ${value}`)
     .join('\r\n');
   socket.end(`HTTP/1.1 ${error.status} ${STATUS_CODES[error.status]}\r\n${head}\r\n\r\n${body}`);
+}
+
+/**
+ * CONNECT (a proxy's method, which Node hands to a 'connect' listener and, without one, answers
+ * by destroying the socket): 405 in the envelope, as another method no route takes.
+ */
+export function refuseConnect(server: Server): void {
+  server.on('connect', (_req, socket: Socket) => {
+    writeRefusal(
+      socket,
+      new AppError('method_not_allowed', 'fastpaste is not a proxy: CONNECT is not allowed.', {
+        headers: { allow: 'GET, HEAD, POST, PUT, DELETE' },
+      }),
+    );
+  });
 }
 
 /** An Expect header other than 100-continue: 417 in the envelope. */
