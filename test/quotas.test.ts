@@ -754,6 +754,13 @@ describe('anonymous content check (400 content_rejected)', () => {
       body: 'content=hello%00world%00binary',
     });
     expectError(form, 400, 'content_rejected');
+    // The home page's form alike.
+    const page = await request(`${server.url}/`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/x-www-form-urlencoded', accept: 'application/json' },
+      body: 'content=hello%00world%00binary',
+    });
+    expectError(page, 400, 'content_rejected');
     assert.equal(await countPastes(server), 0);
   });
 

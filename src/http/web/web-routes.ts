@@ -10,7 +10,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { AppError, type FieldProblem, invalidRequest } from '../../errors.js';
 import type { ContentChecker } from '../../pastes/content-check.js';
 import { EXPIRY_VALUES } from '../../pastes/expiry.js';
-import { parseCreateInput } from '../../pastes/paste-input.js';
+import { checkContent, parseCreateInput, parseFormBoolean } from '../../pastes/paste-input.js';
 import type { PastePresenter } from '../../pastes/paste-presenter.js';
 import type { PasteService, Read } from '../../pastes/paste-service.js';
 import type { AccessDeps } from '../api/authentication.js';
@@ -140,12 +140,17 @@ export async function registerWebRoutes(app: FastifyInstance, deps: WebDeps): Pr
   // answered with 303 to the paste's page; create.js, which sends an E2E paste's ciphertext,
   // asks for the create's JSON (Accept: application/json) and adds the key to the address.
   app.post('/', anonymousCreateOptions(deps, WEB_FORM_BODY_LIMIT), async (request, reply) => {
-    const input = parseCreateInput(createFormFields(request.body), 'form');
-    if (request.apiKey === null) {
-      // An E2E paste's text cannot be checked: the server has only its ciphertext. Its title can.
-      if (!input.encrypt) deps.contentChecker.check(input.content);
-      deps.contentChecker.checkTitle(input.title);
+    const fields = createFormFields(request.body);
+    // Anonymous text, as quick-create's: D6's length and size first, then the content check
+    // (binary, NUL included, is content_rejected), then the fields' rules. An E2E paste's text
+    // cannot be checked: the server has only its ciphertext. Its title can.
+    const checked = request.apiKey === null && parseFormBoolean(fields.encrypt ?? '') !== true;
+    if (checked && fields.content !== undefined) {
+      checkContent(fields.content);
+      deps.contentChecker.check(fields.content);
     }
+    const input = parseCreateInput(fields, 'form');
+    if (request.apiKey === null) deps.contentChecker.checkTitle(input.title);
     const created = await pastes.create(input, { owner: request.apiKey, source: 'web', ip: request.ip });
     if ((request.headers.accept ?? '').includes('application/json')) {
       return reply.code(201).send({
