@@ -244,6 +244,37 @@ describe('only the owner can update, delete or list its pastes (D14)', () => {
       assert.match(head, /\r\nx-content-type-options: nosniff\r\n/i);
       assert.equal((JSON.parse(body) as { code: string }).code, 'method_not_allowed');
     }
+    // A client that resets the connection at once (before or while the answer is written) and
+    // one that keeps it open sending more: the server stays up, and closes the second itself.
+    const port = Number(new URL(server.url).port);
+    for (let i = 0; i < 5; i++) {
+      const reset = net.connect(port, '127.0.0.1', () => {
+        reset.write('CONNECT example.com:443 HTTP/1.1\r\nHost: example.com\r\n\r\n');
+        reset.resetAndDestroy();
+      });
+      reset.on('error', () => {});
+    }
+    // Half-open: it reads the answer and its end, never ends its own side, and keeps writing.
+    const lingering = net.connect({ port, host: '127.0.0.1', allowHalfOpen: true });
+    lingering.on('error', () => {});
+    lingering.resume();
+    const closed = new Promise<number>((resolve) => {
+      const started = Date.now();
+      lingering.on('close', () => resolve(Date.now() - started));
+    });
+    lingering.write('CONNECT example.com:443 HTTP/1.1\r\nHost: example.com\r\n\r\n');
+    const more = setInterval(() => lingering.writable && lingering.write('more bytes, never an end'), 200);
+    try {
+      const after = await Promise.race([
+        closed,
+        new Promise<number>((resolve) => setTimeout(() => resolve(-1), 10_000)),
+      ]);
+      assert.ok(after >= 0, 'the server never closed a refused CONNECT');
+    } finally {
+      clearInterval(more);
+      lingering.destroy();
+    }
+    expectError(await request(`${server.url}/api/v1/paste/${plain}`), 401, 'api_key_missing');
   });
 
   it('a burst of 40 parallel PUTs and DELETEs by another key are all refused; the paste is intact', async () => {

@@ -90,14 +90,29 @@ function writeRefusal(socket: Socket, error: AppError): void {
  */
 export function refuseConnect(server: Server): void {
   server.on('connect', (_req, socket: Socket) => {
+    // Node takes its own listeners off a CONNECT's socket: a reset with none would be an
+    // uncaught 'error', and no time-out or close of the server's reaches the socket any more.
+    socket.on('error', () => socket.destroy());
+    if (!socket.writable) {
+      socket.destroy();
+      return;
+    }
     writeRefusal(
       socket,
       new AppError('method_not_allowed', 'fastpaste is not a proxy: CONNECT is not allowed.', {
         headers: { allow: 'GET, HEAD, POST, PUT, DELETE' },
       }),
     );
+    // Whatever the client sends after is read and dropped, and the socket closed once it has
+    // had the answer for a moment (or at once, should the client close first).
+    socket.resume();
+    const timer = setTimeout(() => socket.destroy(), CONNECT_LINGER_MS);
+    socket.once('close', () => clearTimeout(timer));
   });
 }
+
+/** How long a refused CONNECT's connection stays open for its client to read the answer. */
+const CONNECT_LINGER_MS = 2000;
 
 /** An Expect header other than 100-continue: 417 in the envelope. */
 export function answerUnmetExpectations(server: Server): void {
