@@ -489,6 +489,37 @@ describe('a backend that goes away gives fast 503s and the instance heals by its
       body: JSON.stringify(body),
     });
 
+  /**
+   * Each answer 201 with its paste readable, the process still up, and each content stored once
+   * (the rows whose content is LIKE `like`); returns the pastes' ids.
+   */
+  async function assertEachStoredOnce(
+    server: ServerProcess,
+    databaseUrl: string,
+    answers: Response[],
+    contents: string[],
+    like: string,
+  ): Promise<string[]> {
+    const ids: string[] = [];
+    for (const [i, answer] of answers.entries()) {
+      assert.equal(answer.status, 201, await answer.clone().text());
+      const { data } = (await answer.json()) as { data: { paste_id: string } };
+      ids.push(data.paste_id);
+      assert.equal(await (await fetch(`${server.url}/raw/${data.paste_id}`)).text(), contents[i]);
+    }
+    assert.equal(server.child.exitCode, null, `the process is still up: ${server.output()}`);
+    const stored = await queryDatabase<{ content: string; n: number }>(
+      databaseUrl,
+      `SELECT content, count(*) AS n FROM pastes WHERE content LIKE '${like}' GROUP BY content`,
+    );
+    assert.deepEqual(
+      stored.map((row) => [row.content, Number(row.n)]).sort(),
+      contents.map((content) => [content, 1]),
+      'each stored once',
+    );
+    return ids;
+  }
+
   for (const cut of ['before', 'after'] as const) {
     it(`a PostgreSQL connection lost in the middle of a group of creates (${cut === 'before' ? 'before the insert reaches it' : 'after its commit, the reply lost'}): the group sent again on another connection, each create 201 with the paste stored once`, async () => {
       const db = await freshDatabase();
@@ -504,21 +535,7 @@ describe('a backend that goes away gives fast 503s and the instance heals by its
         const contents = Array.from({ length: 6 }, (_, i) => `lost on the way ${i}`);
         const answers = await Promise.all(contents.map(create));
         assert.equal(proxy.cuts(), 1, 'the insert was cut');
-        for (const [i, answer] of answers.entries()) {
-          assert.equal(answer.status, 201, await answer.clone().text());
-          const { data } = (await answer.json()) as { data: { paste_id: string } };
-          assert.equal(await (await fetch(`${server.url}/raw/${data.paste_id}`)).text(), contents[i]);
-        }
-        assert.equal(server.child.exitCode, null, `the process is still up: ${server.output()}`);
-        const stored = await queryDatabase<{ content: string; n: number }>(
-          db.url,
-          "SELECT content, count(*) AS n FROM pastes WHERE content LIKE 'lost on the way %' GROUP BY content",
-        );
-        assert.deepEqual(
-          stored.map((row) => [row.content, Number(row.n)]).sort(),
-          contents.map((content) => [content, 1]),
-          'each stored once',
-        );
+        await assertEachStoredOnce(server, db.url, answers, contents, 'lost on the way %');
         // The same process, on a new connection, creates and serves.
         const made = await create('made after');
         assert.equal(made.status, 201, await made.clone().text());
@@ -581,23 +598,7 @@ describe('a backend that goes away gives fast 503s and the instance heals by its
         if (text === 'commit' || when === 'before') assert.equal(proxy.cuts(), 1, 'the connection was cut');
         // The held reply: the session was given up on after query_timeout (STATEMENT_TIMEOUT_MS + 1 s).
         else assert.ok(Date.now() - sentAt >= 4500, `answered after ${Date.now() - sentAt} ms, not held`);
-        const ids: string[] = [];
-        for (const [i, answer] of answers.entries()) {
-          assert.equal(answer.status, 201, await answer.clone().text());
-          const { data } = (await answer.json()) as { data: { paste_id: string } };
-          ids.push(data.paste_id);
-          assert.equal(await (await fetch(`${server.url}/raw/${data.paste_id}`)).text(), contents[i]);
-        }
-        assert.equal(server.child.exitCode, null, `the process is still up: ${server.output()}`);
-        const stored = await queryDatabase<{ content: string; n: number }>(
-          db.url,
-          "SELECT content, count(*) AS n FROM pastes WHERE content LIKE 'announced once %' GROUP BY content",
-        );
-        assert.deepEqual(
-          stored.map((row) => [row.content, Number(row.n)]).sort(),
-          contents.map((content) => [content, 1]),
-          'each stored once',
-        );
+        const ids = await assertEachStoredOnce(server, db.url, answers, contents, 'announced once %');
         await until(async () => (receiver.received.length >= ids.length ? true : undefined), 15_000, 'the deliveries');
         await new Promise((resolve) => setTimeout(resolve, 1000));
         assert.deepEqual(receiver.received.map((r) => r.pasteId).sort(), [...ids].sort(), 'each announced once');
