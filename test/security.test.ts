@@ -277,6 +277,22 @@ describe('only the owner can update, delete or list its pastes (D14)', () => {
     expectError(await request(`${server.url}/api/v1/paste/${plain}`), 401, 'api_key_missing');
   });
 
+  it('a CONNECT pipelined behind other requests is answered after them, each answer whole and in order', async () => {
+    for (let i = 0; i < 3; i++) {
+      const answers = await pipelinedAnswers(server.url, [
+        `GET /api/v1/paste/${plain} HTTP/1.1\r\nHost: x\r\nX-Api-Key: ${owner}\r\n\r\n`,
+        `GET /raw/${plain} HTTP/1.1\r\nHost: x\r\n\r\n`,
+        'CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n',
+      ]);
+      assert.deepEqual(
+        answers.map((answer) => answer.status),
+        [200, 200, 405],
+      );
+      assert.equal((JSON.parse(answers[0]?.body ?? '') as { data: { paste_id: string } }).data.paste_id, plain);
+      assert.equal((JSON.parse(answers[2]?.body ?? '') as { code: string }).code, 'method_not_allowed');
+    }
+  });
+
   it('a burst of 40 parallel PUTs and DELETEs by another key are all refused; the paste is intact', async () => {
     const before = await pasteRow(server, plain);
     const results = await Promise.all(

@@ -51,12 +51,16 @@ export function answerClientError(this: FastifyInstance, err: Error & { code?: s
 /** Connections whose refusal is written or waits for the answers before it. */
 const refusing = new WeakSet<Socket>();
 
-function refuseAfterAnswers(socket: Socket, error: AppError): void {
+/**
+ * Writes the refusal once the answers of the whole requests before it are finished (at once when
+ * there are none), then calls `written`; destroys the socket should one of them close unfinished.
+ */
+function refuseAfterAnswers(socket: Socket, error: AppError, written?: () => void): void {
   const inFlight = answerInFlight(socket);
   // A request whose own body broke the parser is never complete: refused at once, as before.
   if (inFlight?.req.complete) {
     // Node hands the connection to the next queued answer as this one finishes: look again then.
-    inFlight.once('finish', () => setImmediate(() => refuseAfterAnswers(socket, error)));
+    inFlight.once('finish', () => setImmediate(() => refuseAfterAnswers(socket, error, written)));
     inFlight.once('close', () => {
       if (!inFlight.writableFinished) socket.destroy();
     });
@@ -67,6 +71,7 @@ function refuseAfterAnswers(socket: Socket, error: AppError): void {
     return;
   }
   writeRefusal(socket, error);
+  written?.();
 }
 
 function writeRefusal(socket: Socket, error: AppError): void {
@@ -93,26 +98,29 @@ export function refuseConnect(server: Server): void {
     // Node takes its own listeners off a CONNECT's socket: a reset with none would be an
     // uncaught 'error', and no time-out or close of the server's reaches the socket any more.
     socket.on('error', () => socket.destroy());
-    if (!socket.writable) {
-      socket.destroy();
-      return;
-    }
-    writeRefusal(
-      socket,
-      new AppError('method_not_allowed', 'fastpaste is not a proxy: CONNECT is not allowed.', {
-        headers: { allow: 'GET, HEAD, POST, PUT, DELETE' },
-      }),
-    );
-    // Whatever the client sends after is read and dropped, and the socket closed once it has
-    // had the answer for a moment (or at once, should the client close first).
+    // Whatever the client sends after is read and dropped.
     socket.resume();
-    const timer = setTimeout(() => socket.destroy(), CONNECT_LINGER_MS);
-    socket.once('close', () => clearTimeout(timer));
+    // Requests pipelined before it are answered first, as before a refusal of the parser's
+    // (refuseAfterAnswers); Node's time-outs no longer reach the socket, so the wait is bounded.
+    const waiting = setTimeout(() => socket.destroy(), CONNECT_WAIT_MS);
+    socket.once('close', () => clearTimeout(waiting));
+    const error = new AppError('method_not_allowed', 'fastpaste is not a proxy: CONNECT is not allowed.', {
+      headers: { allow: 'GET, HEAD, POST, PUT, DELETE' },
+    });
+    refuseAfterAnswers(socket, error, () => {
+      clearTimeout(waiting);
+      // Closed once its client has had the answer for a moment (or at once, should it close first).
+      const lingering = setTimeout(() => socket.destroy(), CONNECT_LINGER_MS);
+      socket.once('close', () => clearTimeout(lingering));
+    });
   });
 }
 
 /** How long a refused CONNECT's connection stays open for its client to read the answer. */
 const CONNECT_LINGER_MS = 2000;
+
+/** How long a CONNECT's refusal may wait for the answers of the requests pipelined before it. */
+const CONNECT_WAIT_MS = 60_000;
 
 /** An Expect header other than 100-continue: 417 in the envelope. */
 export function answerUnmetExpectations(server: Server): void {
