@@ -2026,6 +2026,56 @@ describe('large bodies a few at a time', () => {
     }
   });
 
+  it('an upload pipelined behind answers its client never reads frees its slot when the client leaves', {
+    timeout: 60_000,
+  }, async () => {
+    const server = await startServer();
+    try {
+      const key = await server.createKey();
+      const big = await request(`${server.url}/api/v1/cli?json=1`, {
+        method: 'POST',
+        headers: { 'x-api-key': key, 'content-type': 'text/plain' },
+        body: 'x'.repeat(4 * 1024 * 1024 - 1024),
+      });
+      assert.equal(big.status, 201, big.text);
+      const id = (big.body as { data: { paste_id: string } }).data.paste_id;
+      const port = Number(new URL(server.url).port);
+      const uploadBytes = 2 * 1024 * 1024;
+      // Four clients: three reads of 4 MB they never read, then an upload whose answer waits
+      // behind theirs; each client leaves. Each upload took a slot, and its answer never got
+      // the socket (Node closes no answer it has not given it).
+      for (let i = 0; i < 4; i++) {
+        const socket = net.connect(port, '127.0.0.1');
+        socket.on('error', () => {});
+        const read = `GET /raw/${id} HTTP/1.1\r\nHost: x\r\n\r\n`;
+        socket.write(
+          `${read}${read}${read}POST /api/v1/cli HTTP/1.1\r\nHost: x\r\nX-Api-Key: ${key}\r\n` +
+            `Content-Type: text/plain\r\nContent-Length: ${uploadBytes}\r\n\r\n`,
+        );
+        socket.write(Buffer.alloc(uploadBytes, 'p'));
+        await new Promise((resolve) => setTimeout(resolve, 300));
+        socket.destroy();
+      }
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      // The four slots are free again: four uploads at once all get their 201.
+      const statuses = await Promise.all(
+        Array.from({ length: 4 }, async (_, i) => {
+          const res = await fetch(`${server.url}/api/v1/cli?json=1`, {
+            method: 'POST',
+            headers: { 'content-type': 'text/plain', 'x-api-key': key },
+            body: `${i}`.repeat(uploadBytes),
+            signal: AbortSignal.timeout(10_000),
+          }).catch((err: Error) => ({ status: err.name }));
+          if ('arrayBuffer' in res) await res.arrayBuffer();
+          return res.status;
+        }),
+      );
+      assert.deepEqual(statuses, [201, 201, 201, 201]);
+    } finally {
+      await server.close();
+    }
+  });
+
   it('a client gone while its upload waited for a slot leaves no request at work behind it: a close does not wait for it', async () => {
     const lines: string[] = [];
     const server = await startServer({

@@ -293,6 +293,35 @@ describe('only the owner can update, delete or list its pastes (D14)', () => {
     }
   });
 
+  it("a CONNECT waiting behind an answer its client never reads is closed with every connection (the shutdown's deadline)", async () => {
+    const big = await createPaste(server, owner, { content: 'y'.repeat(4 * 1024 * 1024 - 1024) });
+    const socket = net.connect(Number(new URL(server.url).port), '127.0.0.1');
+    socket.on('error', () => {});
+    const closed = new Promise<void>((resolve) => socket.on('close', () => resolve()));
+    const read = `GET /raw/${big} HTTP/1.1\r\nHost: x\r\n\r\n`;
+    // Three reads of 4 MB that the client never reads: the refusal waits behind their answers.
+    socket.write(`${read}${read}${read}CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n`);
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    assert.ok(!socket.destroyed, 'the connection is still open before the deadline');
+    server.app.server.closeAllConnections();
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    // Now read: a connection the server closed gives what it had sent, then its end. One still
+    // open would go on to the three answers and the refusal.
+    let received = '';
+    socket.on('data', (chunk: Buffer) => {
+      received += chunk.toString('latin1');
+    });
+    const after = await Promise.race([
+      closed.then(() => 'closed'),
+      new Promise((resolve) => setTimeout(() => resolve('still open 3 s after'), 3000)),
+    ]);
+    socket.destroy();
+    assert.equal(after, 'closed');
+    assert.ok(!received.includes('HTTP/1.1 405'), 'the refusal was written: the connection was not closed');
+    // The server goes on answering.
+    expectError(await request(`${server.url}/api/v1/paste/${plain}`), 401, 'api_key_missing');
+  });
+
   it('a burst of 40 parallel PUTs and DELETEs by another key are all refused; the paste is intact', async () => {
     const before = await pasteRow(server, plain);
     const results = await Promise.all(

@@ -94,7 +94,18 @@ function writeRefusal(socket: Socket, error: AppError): void {
  * by destroying the socket): 405 in the envelope, as another method no route takes.
  */
 export function refuseConnect(server: Server): void {
+  // Node takes a CONNECT's socket off the connections its closeAllConnections() closes (the
+  // shutdown's deadline, main.ts): these are closed with them, or a refusal still waiting for an
+  // answer before it would hold the shutdown for CONNECT_WAIT_MS.
+  const refused = new Set<Socket>();
+  const closeAll = server.closeAllConnections.bind(server);
+  server.closeAllConnections = () => {
+    closeAll();
+    for (const socket of refused) socket.destroy();
+  };
   server.on('connect', (_req, socket: Socket) => {
+    refused.add(socket);
+    socket.once('close', () => refused.delete(socket));
     // Node takes its own listeners off a CONNECT's socket: a reset with none would be an
     // uncaught 'error', and no time-out or close of the server's reaches the socket any more.
     socket.on('error', () => socket.destroy());

@@ -50,14 +50,20 @@ export function registerUploadSlots(app: FastifyInstance, count = 4): Slots {
     }
     slots.acquire().then(() => {
       let released = false;
+      const socket = request.raw.socket;
       const release = () => {
         if (released) return;
         released = true;
+        reply.raw.removeListener('close', release);
+        socket.removeListener('close', release);
         slots.release();
       };
-      // 'close' comes when the answer is sent and when the client goes away mid-upload.
+      // 'close' comes when the answer is sent and when the client goes away mid-upload. Not to
+      // an answer queued behind another on its connection (pipelined): Node closes no answer it
+      // has not yet given the socket, and the slot would be held for ever. So the socket's too.
       reply.raw.once('close', release);
-      if (reply.raw.destroyed) {
+      socket.once('close', release);
+      if (reply.raw.destroyed || socket.destroyed) {
         // Gone while it waited: its body will never come (request-bodies.ts).
         release();
         done(bodyCutShort());
