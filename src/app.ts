@@ -94,7 +94,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     ...apiDeps,
     readPage: (read) => readPageParts(read, services.presenter),
     apiEnabled: config.apiEnabled,
-    trustProxy: config.trustProxy > 0,
+    trustProxy: config.trustProxy !== 0,
     admits: (address, mayBeNotFound) => {
       try {
         if (mayBeNotFound) throttle?.checkAdmissible(address);
@@ -125,8 +125,9 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     serverFactory: serverWithFastLane(lane, inFlight),
     loggerInstance: (deps.logger ?? pino({ enabled: false })) as FastifyBaseLogger,
     // The socket's peer and then as many X-Forwarded-For entries, from the right, as there are
-    // proxies (config.ts): the address the outermost of them saw. Left of it is the client's say.
-    trustProxy: config.trustProxy > 0 ? (_address: string, hop: number) => hop < config.trustProxy : false,
+    // proxies (config.ts), or as long as each is a proxy's address: the address the outermost of
+    // them saw. Left of it is the client's say.
+    trustProxy: trustedProxies(config.trustProxy),
     genReqId: () => randomUUID(),
     requestTimeout: config.requestTimeoutMs,
     // A slow client (slow headers, a dripped body) is cut off; Node checks every few seconds.
@@ -285,4 +286,10 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     return sendError(errorLog, request, reply, new AppError('not_found', 'There is nothing at this address.'));
   });
   return app;
+}
+
+/** Fastify's trustProxy for TRUST_PROXY (config.ts): a number of hops, or the proxies' addresses. */
+function trustedProxies(trust: Config['trustProxy']): false | string[] | ((address: string, hop: number) => boolean) {
+  if (Array.isArray(trust)) return trust;
+  return trust > 0 ? (_address: string, hop: number) => hop < trust : false;
 }

@@ -6,6 +6,7 @@
 
 import { existsSync } from 'node:fs';
 import { isIP } from 'node:net';
+import { compile as compileTrustedProxies } from '@fastify/proxy-addr';
 import { ContentChecker } from './pastes/content-check.js';
 
 export interface Config {
@@ -15,11 +16,13 @@ export interface Config {
   databaseUrl: string;
   redisUrl: string | null;
   /**
-   * Proxies in front whose X-Forwarded-For entries are believed, counted from the right (0: the
-   * header is ignored). The client address is the entry the outermost trusted proxy appended:
-   * entries left of it are whatever the client sent.
+   * Proxies in front whose X-Forwarded-For entries are believed (0: the header is ignored):
+   * either how many, counted from the right (whoever connects is taken for the innermost), or
+   * the proxies' own addresses (IP addresses, CIDR ranges, or the names loopback, linklocal and
+   * uniquelocal), of which only one that connects is believed. The client address is the entry
+   * the outermost trusted proxy appended: entries left of it are whatever the client sent.
    */
-  trustProxy: number;
+  trustProxy: number | string[];
   apiEnabled: boolean;
   anonymousCli: boolean;
   anonHourlyLimit: number;
@@ -66,16 +69,33 @@ function readBoolean(env: Env, name: string, fallback: boolean): boolean {
   return value;
 }
 
-/** TRUST_PROXY: false (0), true (one proxy), or how many proxies stand in front (1–10). */
-function readTrustProxy(env: Env): number {
+/**
+ * TRUST_PROXY: false (0), true (one proxy), how many proxies stand in front (1–10), or the
+ * proxies' addresses, comma-separated (checked by the same parser the server trusts them with).
+ */
+const PROXY_NAMES = new Set(['loopback', 'linklocal', 'uniquelocal']);
+
+function readTrustProxy(env: Env): number | string[] {
   const raw = env.TRUST_PROXY?.trim().toLowerCase() ?? '';
   if (raw === '') return 0;
   const word = BOOLEANS.get(raw);
-  const value = /^\d+$/.test(raw) ? Number(raw) : word === undefined ? -1 : Number(word);
-  if (value < 0 || value > 10) {
-    throw new ConfigError(`TRUST_PROXY must be true, false or a number of proxies (1 to 10), got "${env.TRUST_PROXY}"`);
+  if (word !== undefined) return Number(word);
+  if (/^\d+$/.test(raw) && Number(raw) <= 10) return Number(raw);
+  const addresses = raw.split(',').map((entry) => entry.trim());
+  try {
+    // Each an address as Node writes one (ipaddr.js would also take 11 for 0.0.0.11 and 010.0.0.1
+    // for 8.0.0.1), with a prefix length or not, or one of proxy-addr's names.
+    if (!addresses.every((entry) => PROXY_NAMES.has(entry) || isIP(entry.replace(/\/\d{1,3}$/, '')) !== 0)) {
+      throw new Error('not a list');
+    }
+    compileTrustedProxies(addresses);
+  } catch {
+    throw new ConfigError(
+      "TRUST_PROXY must be true, false, a number of proxies (1 to 10) or the proxies' addresses " +
+        `(IP addresses, CIDR ranges, loopback, linklocal or uniquelocal, comma-separated), got "${env.TRUST_PROXY}"`,
+    );
   }
-  return value;
+  return addresses;
 }
 
 function readInteger(env: Env, name: string, fallback: number, min: number, max: number): number {

@@ -663,6 +663,23 @@ describe('anonymous quick-create limit (ANON_HOURLY_LIMIT, TRUST_PROXY)', () => 
     assertStatus(await fromAddress(server, '192.0.2.1, 203.0.113.31, 10.0.0.7'), 201, 'another client');
   });
 
+  it("with TRUST_PROXY as the proxies' addresses, X-Forwarded-For is believed from them only, up to the first entry no proxy of the list appended", async (t) => {
+    // The tests connect from 127.0.0.1: a listed proxy here.
+    const server = await start(t, { env: { ANON_HOURLY_LIMIT: '1', TRUST_PROXY: 'loopback, 203.0.113.0/24' } });
+    // 203.0.113.40 is a proxy of the list too: the client is the address it saw (198.51.100.1).
+    assertStatus(await fromAddress(server, '198.51.100.1, 203.0.113.40'), 201, 'through two proxies');
+    assertRateLimited(await fromAddress(server, '198.51.100.1'), 3600, 'same client through one');
+    // An entry left of a client's own address is the client's say: it buys nothing.
+    assertRateLimited(await fromAddress(server, '192.0.2.9, 198.51.100.1, 203.0.113.41'), 3600, 'made-up entry');
+    assertStatus(await fromAddress(server, '198.51.100.2, 203.0.113.40'), 201, 'another client');
+
+    // A peer that is not a listed proxy is the client, whatever X-Forwarded-For says.
+    const direct = await start(t, { env: { ANON_HOURLY_LIMIT: '2', TRUST_PROXY: '10.0.0.0/8,::ffff:10.0.0.1' } });
+    assertStatus(await fromAddress(direct, '198.51.100.1'), 201, 'first');
+    assertStatus(await fromAddress(direct, '198.51.100.2'), 201, 'second');
+    assertRateLimited(await quickCreate(direct), 3600, 'third, without the header: the same 127.0.0.1');
+  });
+
   it('without TRUST_PROXY, X-Forwarded-For is ignored: every request counts as 127.0.0.1', async (t) => {
     const server = await start(t, { env: { ANON_HOURLY_LIMIT: '3' } });
     assertStatus(await fromAddress(server, '198.51.100.1'), 201, 'first');
@@ -860,6 +877,17 @@ describe('anonymous content check (400 content_rejected)', () => {
       ['API_ENABLED', 'constructor'],
       ['ANONYMOUS_CLI', '__proto__'],
       ['TRUST_PROXY', 'constructor'],
+      // Not a list of proxies' addresses.
+      ['TRUST_PROXY', 'proxy.example.com'],
+      ['TRUST_PROXY', '10.0.0.1,'],
+      ['TRUST_PROXY', '10.0.0.0/33'],
+      ['TRUST_PROXY', '10.0.0.1 10.0.0.2'],
+      ['TRUST_PROXY', '300.0.0.1'],
+      // Forms ipaddr.js reads as other addresses: 0.0.0.11, 127.0.0.1, 8.0.0.1.
+      ['TRUST_PROXY', '11,12'],
+      ['TRUST_PROXY', '127.1'],
+      ['TRUST_PROXY', '010.0.0.1'],
+      ['TRUST_PROXY', '10.0.0.0/8,0x7f000001'],
       // Typos the URL parser would mend: no // or no host.
       ['REDIS_URL', 'redis:cache:6379'],
       ['REDIS_URL', 'redis:/:pw@cache:6379'],
@@ -884,6 +912,11 @@ describe('anonymous content check (400 content_rejected)', () => {
     assert.equal(loadConfig({ TRUST_PROXY: 'true' }).trustProxy, 1);
     assert.equal(loadConfig({ TRUST_PROXY: '2' }).trustProxy, 2);
     assert.equal(loadConfig({ TRUST_PROXY: 'false' }).trustProxy, 0);
+    assert.deepEqual(loadConfig({ TRUST_PROXY: ' 10.0.0.0/8, ::1,Loopback ' }).trustProxy, [
+      '10.0.0.0/8',
+      '::1',
+      'loopback',
+    ]);
     assert.equal(defaults.redisUrl, null);
     // ioredis's socket form has no host.
     assert.equal(
