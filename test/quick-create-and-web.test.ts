@@ -770,6 +770,42 @@ describe('quick-create, web pages and HTTP rules', () => {
       assert.equal(raw.text, content);
     });
 
+    it('a password paste too long for its page shows its first 256K characters and a form that downloads it whole with the password', async () => {
+      // Escaped, 4 MB of "<" is 16 MB of page: once per POST with the password, a quarter of a second each.
+      const content = `${'<'.repeat(PAGE_TEXT_MAX + 10)}the end`;
+      const id = await apiCreate({ content, password: 'pw-long', language: 'plaintext' });
+      const post = (fields: Record<string, string>) =>
+        request(`${server.url}/view/${id}`, { method: 'POST', body: new URLSearchParams(fields) });
+      const page = await post({ confirm: '1', password: 'pw-long' });
+      assert.equal(page.status, 200);
+      assert.match(page.text, /first 256K characters/);
+      assert.ok(!page.text.includes('the end'), 'the page holds the whole paste');
+      assert.ok(page.text.length < PAGE_TEXT_MAX * 4 + 10_000, `a page of ${page.text.length} characters`);
+      assert.ok(!page.text.includes('pw-long'), 'the password is written into the page');
+      const form = /<form method="post" action="([^"]+)" class="download-whole">([\s\S]*?)<\/form>/.exec(page.text);
+      assert.ok(form, 'no form to download it whole');
+      assert.equal(form[1], `/view/${id}`);
+      assert.match(form[2] ?? '', /name="download"/);
+      assert.match(form[2] ?? '', /<input type="password" name="password"/);
+
+      const whole = await post({ confirm: '1', download: '1', password: 'pw-long' });
+      assert.equal(whole.status, 200);
+      assert.equal(whole.text, content);
+      assert.match(whole.headers.get('content-type') ?? '', /^text\/plain/);
+      assert.match(whole.headers.get('content-disposition') ?? '', /^attachment; filename="?[A-Za-z0-9_-]+\.txt"?$/);
+      const wrong = await post({ confirm: '1', download: '1', password: 'wrong' });
+      assert.equal(wrong.status, 403);
+      assert.ok(!wrong.text.includes('the end'));
+      // A short protected paste is shown whole, with no such form.
+      const short = await apiCreate({ content: 'short and protected', password: 'pw-short' });
+      const shortPage = await request(`${server.url}/view/${short}`, {
+        method: 'POST',
+        body: new URLSearchParams({ confirm: '1', password: 'pw-short' }),
+      });
+      assert.ok(textOf(shortPage.text).includes('short and protected'));
+      assert.ok(!shortPage.text.includes('download-whole'));
+    });
+
     it('a burn paste with a password: a wrong password consumes nothing, the right one shows it once', async () => {
       const content = 'burn and password 9012';
       const id = await apiCreate({ content, password: 'pw-right', burn: true });

@@ -10,6 +10,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { AppError, type FieldProblem, invalidRequest } from '../../errors.js';
 import type { ContentChecker } from '../../pastes/content-check.js';
 import { EXPIRY_VALUES } from '../../pastes/expiry.js';
+import type { Paste } from '../../pastes/paste.js';
 import { checkContent, parseCreateInput, parseFormBoolean } from '../../pastes/paste-input.js';
 import type { PastePresenter } from '../../pastes/paste-presenter.js';
 import type { PasteService, Read } from '../../pastes/paste-service.js';
@@ -90,6 +91,13 @@ export function readPageParts(read: Read, presenter: PastePresenter): Array<stri
       highlighted: paste.encrypted ? null : highlight(paste.content, paste.language, paste.sha256),
     },
   );
+}
+
+/** A paste as a file to save: its own name, or its id with .txt (.fpe1 for ciphertext). */
+function sendDownload(reply: FastifyReply, paste: Paste): FastifyReply {
+  const filename = paste.originalFilename || `${paste.id}.${paste.encrypted ? 'fpe1' : 'txt'}`;
+  reply.header('content-disposition', contentDisposition(filename, { type: 'attachment' }));
+  return sendText(reply, paste.content);
 }
 
 function sendPage(reply: FastifyReply, html: string | Buffer, status = 200): FastifyReply {
@@ -183,8 +191,15 @@ export async function registerWebRoutes(app: FastifyInstance, deps: WebDeps): Pr
     if (formField(request, 'confirm') === undefined) {
       throw invalidRequest([{ field: 'confirm', message: 'is required' }]);
     }
+    // The page of a protected paste too long to show whole downloads it through this form.
+    const download = formField(request, 'download') !== undefined;
     try {
-      return renderRead(reply, await pastes.read(id, 'view', readOptions(request, formField(request, 'password'))));
+      const read = await pastes.read(
+        id,
+        download ? 'download' : 'view',
+        readOptions(request, formField(request, 'password')),
+      );
+      return download ? sendDownload(reply, read.paste) : renderRead(reply, read);
     } catch (err) {
       if (
         err instanceof AppError &&
@@ -211,10 +226,7 @@ export async function registerWebRoutes(app: FastifyInstance, deps: WebDeps): Pr
     url: '/download/:id',
     handler: async (request, reply) => {
       const read = await pastes.read(pasteIdParam(request), 'download', readOptions(request, pastePassword(request)));
-      const { paste } = read;
-      const filename = paste.originalFilename || `${paste.id}.${paste.encrypted ? 'fpe1' : 'txt'}`;
-      reply.header('content-disposition', contentDisposition(filename, { type: 'attachment' }));
-      return sendText(reply, paste.content);
+      return sendDownload(reply, read.paste);
     },
   });
 
