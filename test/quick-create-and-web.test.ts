@@ -703,6 +703,45 @@ describe('quick-create, web pages and HTTP rules', () => {
       assert.ok(sitemap.text.includes(`/view/sitemap1<`), 'the newest paste is missing');
     });
 
+    it('the sitemap is made again at most every minute, and at once when this instance changes a listed paste', async (t) => {
+      const own = await startServer({ env: ENV });
+      t.after(() => own.close());
+      const ownKey = await own.createKey();
+      const sitemapHas = async (id: string) => {
+        const sitemap = await request(`${own.url}/sitemap.xml`);
+        assert.equal(sitemap.status, 200);
+        assert.match(sitemap.headers.get('content-type') ?? '', /^application\/xml/);
+        return sitemap.text.includes(`/view/${id}</loc>`);
+      };
+      const created = await request(`${own.url}/api/v1/paste`, {
+        method: 'POST',
+        headers: { 'x-api-key': ownKey },
+        json: { content: 'listed in the sitemap', public: true },
+      });
+      const listed = (created.body as { data: { paste_id: string } }).data.paste_id;
+      assert.equal(await sitemapHas(listed), true);
+      // A paste stored behind the service's back (another instance's, say) waits for the minute.
+      const insertPublic = (id: string) =>
+        own.sql(`INSERT INTO pastes (id, title, content, content_type, language, file_size, sha256, created_at,
+          view_count, burn_after_read, encrypted, downloadable, is_public, source)
+          VALUES ('${id}', 't', 'x', 'text', 'plaintext', 1, 'ab', ${own.clock.now - 1}, 0, 0, 0, 1, 1, 'api')`);
+      await insertPublic('elsewhere1');
+      assert.equal(await sitemapHas('elsewhere1'), false, 'the sitemap was read again within the minute');
+      // A listed paste put behind a password here leaves it at once (D22).
+      const put = await request(`${own.url}/api/v1/paste/${listed}`, {
+        method: 'PUT',
+        headers: { 'x-api-key': ownKey },
+        json: { password: 'now-protected' },
+      });
+      assert.equal(put.status, 200, put.text);
+      assert.equal(await sitemapHas(listed), false, 'a paste made unlisted stayed in the sitemap');
+      assert.equal(await sitemapHas('elsewhere1'), true);
+      await insertPublic('elsewhere2');
+      assert.equal(await sitemapHas('elsewhere2'), false);
+      own.clock.now += 60_000;
+      assert.equal(await sitemapHas('elsewhere2'), true, 'the sitemap was not read again after the minute');
+    });
+
     it('a burn paste: GET /view asks to confirm and consumes nothing; POST confirm=1 shows it once, then 404', async () => {
       const content = 'secret burn content 1234';
       const id = await apiCreate({ content, burn: true });

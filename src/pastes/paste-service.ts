@@ -21,7 +21,7 @@ import { expiresAt, isExpired } from './expiry.js';
 import { detectLanguage } from './language.js';
 import { OwnerListing } from './owner-listing.js';
 import { hashPassword, verifyPassword } from './passwords.js';
-import { isDownloadable, type Paste } from './paste.js';
+import { isDownloadable, isListedPublicly, type Paste } from './paste.js';
 import { generatePasteId, suffixedSlug } from './paste-ids.js';
 import { type CreateInput, checkContentKeepsEncryption, type UpdateInput } from './paste-input.js';
 import { ViewCounter } from './view-counter.js';
@@ -60,6 +60,9 @@ export interface Read {
 }
 
 const ID_ATTEMPTS = 8;
+
+/** How long the sitemap's listing is kept unless this instance changes a listed paste (publicSnapshot). */
+export const SITEMAP_KEEP_MS = 60_000;
 /** How many times a view-once read checks the paste again when a PUT changed it under the read. */
 const BURN_ATTEMPTS = 3;
 /**
@@ -172,6 +175,7 @@ export class PasteService {
     }
     if (created === null) throw new Error(`no free paste id after ${ID_ATTEMPTS} attempts`);
     if (paste.ownerKeyId) this.listing.forget(paste.ownerKeyId);
+    if (isListedPublicly(created.paste)) this.listedChanges++;
     if (announce) outbox?.committed();
     return created;
   }
@@ -374,6 +378,7 @@ export class PasteService {
     if (Object.keys(changes).length === 0) return current;
     const updated = await this.pastes.updateOwned(id, ownerKeyId, now, changes);
     this.listing.forget(ownerKeyId);
+    if (isListedPublicly(current) || (updated && isListedPublicly(updated))) this.listedChanges++;
     if (!updated) throw notFound();
     return updated;
   }
@@ -385,6 +390,7 @@ export class PasteService {
       throw new AppError('forbidden', 'This paste was not created with your API key.');
     }
     const createdAt = await this.pastes.deleteOwned(id, ownerKeyId, this.clock());
+    if (isListedPublicly(current)) this.listedChanges++;
     if (createdAt === null) throw notFound();
     this.views.forget(id, createdAt);
     this.listing.forget(ownerKeyId);
@@ -413,6 +419,47 @@ export class PasteService {
   async listPublic(offset: number, limit: number): Promise<PasteSummary[]> {
     return this.pastes.listPublic(this.clock(), limit, offset);
   }
+
+  /**
+   * The first `limit` publicly listed pastes as `render` makes them (the sitemap), made again
+   * at most every SITEMAP_KEEP_MS: read and rendered on every request, tens of thousands of rows
+   * were an amplifier anyone could call. Made again at once after this instance creates, changes
+   * or deletes a listed paste (listedChanges); one made unlisted on another instance, or expired,
+   * leaves it within SITEMAP_KEEP_MS. Concurrent callers share one making of it.
+   */
+  publicSnapshot<T>(limit: number, render: (items: PasteSummary[]) => T): Promise<T> {
+    const now = this.clock();
+    const kept = this.snapshot;
+    if (
+      kept !== null &&
+      kept.render === render &&
+      kept.limit === limit &&
+      kept.changes === this.listedChanges &&
+      now >= kept.at &&
+      now - kept.at < SITEMAP_KEEP_MS
+    ) {
+      return kept.value as Promise<T>;
+    }
+    const value = this.pastes.listPublic(now, limit, 0).then(render);
+    const made = { at: now, limit, render, changes: this.listedChanges, value };
+    this.snapshot = made;
+    // A failed making is not kept: the next caller tries again.
+    value.catch(() => {
+      if (this.snapshot === made) this.snapshot = null;
+    });
+    return value;
+  }
+
+  private snapshot: {
+    at: number;
+    limit: number;
+    render: (items: PasteSummary[]) => unknown;
+    changes: number;
+    value: Promise<unknown>;
+  } | null = null;
+
+  /** Moves whenever this instance writes a paste listed publicly before or after (D22). */
+  private listedChanges = 0;
 
   /** The sweep under way, if one is: a second caller joins it (see sweepExpired). */
   private sweeping: Promise<number> | null = null;

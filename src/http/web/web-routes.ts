@@ -14,6 +14,7 @@ import type { Paste } from '../../pastes/paste.js';
 import { checkContent, parseCreateInput, parseFormBoolean } from '../../pastes/paste-input.js';
 import type { PastePresenter } from '../../pastes/paste-presenter.js';
 import type { PasteService, Read } from '../../pastes/paste-service.js';
+import type { PasteSummary } from '../../storage/paste-repository.js';
 import type { AccessDeps } from '../api/authentication.js';
 import { anonymousCreateOptions, WEB_FORM_BODY_LIMIT } from '../api/cli-routes.js';
 import { createdMessage, pasteIdParam, readOptions, sendText } from '../api/paste-routes.js';
@@ -240,10 +241,10 @@ export async function registerWebRoutes(app: FastifyInstance, deps: WebDeps): Pr
     return sendPage(reply, archivePage(items.slice(0, ARCHIVE_PAGE_SIZE), page, items.length > ARCHIVE_PAGE_SIZE));
   });
 
-  app.get('/sitemap.xml', async (_request, reply) => {
-    const items = await pastes.listPublic(0, SITEMAP_MAX);
-    return reply.type('application/xml; charset=utf-8').send(sitemapXml(presenter.baseUrl, items));
-  });
+  const renderSitemap = (items: PasteSummary[]) => Buffer.from(sitemapXml(presenter.baseUrl, items));
+  app.get('/sitemap.xml', async (_request, reply) =>
+    reply.type('application/xml; charset=utf-8').send(await pastes.publicSnapshot(SITEMAP_MAX, renderSitemap)),
+  );
 
   app.get('/favicon.ico', async (_request, reply) =>
     reply.type('image/svg+xml').header('cache-control', 'public, max-age=604800').send(FAVICON),
