@@ -14,7 +14,7 @@ import { registerCliRoutes } from './http/api/cli-routes.js';
 import { createFromJson, registerPasteRoutes } from './http/api/paste-routes.js';
 import { answerClientError, answerUnmetExpectations, refuseConnect } from './http/client-errors.js';
 import { ErrorLog } from './http/error-log.js';
-import { sendError } from './http/error-presenter.js';
+import { closeWithoutReset, sendError } from './http/error-presenter.js';
 import { askForBodiesWhenAdmitted } from './http/expect-continue.js';
 import { answerLaneReadFailures, FastLane, serverWithFastLane } from './http/fast-lane.js';
 import { type NotFoundThrottle, registerNotFoundThrottle } from './http/not-found-throttle.js';
@@ -211,6 +211,13 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   app.addHook('onSend', (request, reply, payload, done) => {
     inFlight.end(request);
     if (lane.closing) reply.header('connection', 'close');
+    // An answer sent before the request's body ended (a body its route never reads: a DELETE's,
+    // a GET's) closes the connection as a refusal's does: Node would go on reading the rest of
+    // it, however long, to drop it.
+    if (!request.raw.complete) {
+      reply.header('connection', 'close');
+      closeWithoutReset(request.raw.socket);
+    }
     done(null, payload);
   });
   answerUnmetExpectations(app.server);

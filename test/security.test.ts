@@ -325,6 +325,42 @@ describe('only the owner can update, delete or list its pastes (D14)', () => {
     expectError(await request(`${server.url}/api/v1/paste/${plain}`), 401, 'api_key_missing');
   });
 
+  it('a success answered before the body ended closes the connection: the rest of a body no route reads is not read', async () => {
+    const deleter = await server.createKey({ name: 'deleter' });
+    const id = await createPaste(server, deleter, { content: 'deleted with a body that never ends' });
+    const socket = net.connect(Number(new URL(server.url).port), '127.0.0.1');
+    socket.on('error', () => {});
+    let received = '';
+    socket.on('data', (chunk: Buffer) => {
+      received += chunk.toString('latin1');
+    });
+    const closed = new Promise<void>((resolve) => socket.on('close', () => resolve()));
+    socket.write(
+      `DELETE /api/v1/paste/${id} HTTP/1.1\r\nHost: x\r\nX-Api-Key: ${deleter}\r\n` +
+        'Content-Type: multipart/form-data; boundary=b\r\nTransfer-Encoding: chunked\r\n\r\n',
+    );
+    // A body that goes on for as long as the connection takes it.
+    const chunk = `400\r\n${'z'.repeat(0x400)}\r\n`;
+    const more = setInterval(() => socket.writable && socket.write(chunk), 20);
+    try {
+      const after = await Promise.race([
+        closed.then(() => 'closed'),
+        new Promise((resolve) => setTimeout(() => resolve('still reading 5 s after'), 5000)),
+      ]);
+      assert.equal(after, 'closed');
+    } finally {
+      clearInterval(more);
+      socket.destroy();
+    }
+    assert.match(received, /^HTTP\/1\.1 200 /);
+    assert.match(received, /\r\nconnection: close\r\n/i);
+    expectError(
+      await request(`${server.url}/api/v1/paste/${id}`, { headers: { 'x-api-key': deleter } }),
+      404,
+      'not_found',
+    );
+  });
+
   it('a burst of 40 parallel PUTs and DELETEs by another key are all refused; the paste is intact', async () => {
     const before = await pasteRow(server, plain);
     const results = await Promise.all(

@@ -154,7 +154,7 @@ const LINGER_MS = 2000;
  * of the body is read (Node resumes a request whose body nobody read, to discard it: the socket
  * is paused again each time), and the client sees the answer first.
  */
-function closeWithoutReset(socket: Socket): void {
+export function closeWithoutReset(socket: Socket): void {
   socket.destroySoon = () => {
     socket.pause();
     socket.on('resume', () => socket.pause());
