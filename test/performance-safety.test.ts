@@ -1982,6 +1982,21 @@ describe('large bodies a few at a time', () => {
       headers: { 'content-type': 'text/plain', 'content-length': String(length), 'x-api-key': key },
     });
 
+  /** Four uploads of `bytes` at once, each waited for at most 10 s: their statuses (or the error's name). */
+  const fourUploads = (url: string, key: string, bytes: number) =>
+    Promise.all(
+      Array.from({ length: 4 }, async (_, i) => {
+        const res = await fetch(`${url}/api/v1/cli?json=1`, {
+          method: 'POST',
+          headers: { 'content-type': 'text/plain', 'x-api-key': key },
+          body: `${i}`.repeat(bytes),
+          signal: AbortSignal.timeout(10_000),
+        }).catch((err: Error) => ({ status: err.name }));
+        if ('arrayBuffer' in res) await res.arrayBuffer();
+        return res.status;
+      }),
+    );
+
   it('uploads past the slots wait and all succeed; a client that gives up mid-upload frees its slot', {
     timeout: 60_000,
   }, async () => {
@@ -2026,6 +2041,39 @@ describe('large bodies a few at a time', () => {
     }
   });
 
+  it('a chunked body trickled to a route that takes no large body holds no upload slot', {
+    timeout: 60_000,
+  }, async () => {
+    const server = await startServer();
+    const tricklers: net.Socket[] = [];
+    try {
+      const key = await server.createKey();
+      const port = Number(new URL(server.url).port);
+      // Six clients, no key: a password form's POST, chunked, a byte now and then.
+      for (let i = 0; i < 6; i++) {
+        const socket = net.connect(port, '127.0.0.1');
+        socket.on('error', () => {});
+        socket.write(
+          'POST /view/noSuchPaste HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-www-form-urlencoded\r\n' +
+            'Transfer-Encoding: chunked\r\n\r\n1\r\na\r\n',
+        );
+        tricklers.push(socket);
+      }
+      const trickle = setInterval(() => {
+        for (const socket of tricklers) if (socket.writable) socket.write('1\r\nb\r\n');
+      }, 500);
+      try {
+        await new Promise((resolve) => setTimeout(resolve, 300));
+        assert.deepEqual(await fourUploads(server.url, key, 2 * 1024 * 1024), [201, 201, 201, 201]);
+      } finally {
+        clearInterval(trickle);
+      }
+    } finally {
+      for (const socket of tricklers) socket.destroy();
+      await server.close();
+    }
+  });
+
   it('an upload pipelined behind answers its client never reads frees its slot when the client leaves', {
     timeout: 60_000,
   }, async () => {
@@ -2058,19 +2106,7 @@ describe('large bodies a few at a time', () => {
       }
       await new Promise((resolve) => setTimeout(resolve, 300));
       // The four slots are free again: four uploads at once all get their 201.
-      const statuses = await Promise.all(
-        Array.from({ length: 4 }, async (_, i) => {
-          const res = await fetch(`${server.url}/api/v1/cli?json=1`, {
-            method: 'POST',
-            headers: { 'content-type': 'text/plain', 'x-api-key': key },
-            body: `${i}`.repeat(uploadBytes),
-            signal: AbortSignal.timeout(10_000),
-          }).catch((err: Error) => ({ status: err.name }));
-          if ('arrayBuffer' in res) await res.arrayBuffer();
-          return res.status;
-        }),
-      );
-      assert.deepEqual(statuses, [201, 201, 201, 201]);
+      assert.deepEqual(await fourUploads(server.url, key, uploadBytes), [201, 201, 201, 201]);
     } finally {
       await server.close();
     }
