@@ -740,6 +740,12 @@ describe('quick-create, web pages and HTTP rules', () => {
       assert.equal(await sitemapHas('elsewhere2'), false);
       own.clock.now += 60_000;
       assert.equal(await sitemapHas('elsewhere2'), true, 'the sitemap was not read again after the minute');
+      // A listed paste that expires within the minute leaves it when it expires (D12, D22).
+      await own.sql(`UPDATE pastes SET expires_at = ${own.clock.now + 90_000} WHERE id = 'elsewhere2'`);
+      own.clock.now += 60_000;
+      assert.equal(await sitemapHas('elsewhere2'), true, 'not yet expired');
+      own.clock.now += 30_000;
+      assert.equal(await sitemapHas('elsewhere2'), false, 'an expired paste stayed in the sitemap');
     });
 
     it('a burn paste: GET /view asks to confirm and consumes nothing; POST confirm=1 shows it once, then 404', async () => {

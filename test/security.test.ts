@@ -293,12 +293,14 @@ describe('only the owner can update, delete or list its pastes (D14)', () => {
     }
   });
 
-  it("a CONNECT waiting behind an answer its client never reads is closed with every connection (the shutdown's deadline)", async () => {
-    // A key of its own: the lists of owner and other are checked whole below.
-    const big = await createPaste(server, await server.createKey({ name: 'big' }), {
+  it("a CONNECT waiting behind an answer its client never reads is closed with every connection (the shutdown's deadline)", async (t) => {
+    // A server of its own: every connection of it is closed below.
+    const own = await startServer();
+    t.after(() => own.close());
+    const big = await createPaste(own, await own.createKey({ name: 'big' }), {
       content: 'y'.repeat(4 * 1024 * 1024 - 1024),
     });
-    const socket = net.connect(Number(new URL(server.url).port), '127.0.0.1');
+    const socket = net.connect(Number(new URL(own.url).port), '127.0.0.1');
     socket.on('error', () => {});
     const closed = new Promise<void>((resolve) => socket.on('close', () => resolve()));
     const read = `GET /raw/${big} HTTP/1.1\r\nHost: x\r\n\r\n`;
@@ -306,7 +308,7 @@ describe('only the owner can update, delete or list its pastes (D14)', () => {
     socket.write(`${read}${read}${read}CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n`);
     await new Promise((resolve) => setTimeout(resolve, 500));
     assert.ok(!socket.destroyed, 'the connection is still open before the deadline');
-    server.app.server.closeAllConnections();
+    own.app.server.closeAllConnections();
     await new Promise((resolve) => setTimeout(resolve, 200));
     // Now read: a connection the server closed gives what it had sent, then its end. One still
     // open would go on to the three answers and the refusal.
@@ -322,7 +324,7 @@ describe('only the owner can update, delete or list its pastes (D14)', () => {
     assert.equal(after, 'closed');
     assert.ok(!received.includes('HTTP/1.1 405'), 'the refusal was written: the connection was not closed');
     // The server goes on answering.
-    expectError(await request(`${server.url}/api/v1/paste/${plain}`), 401, 'api_key_missing');
+    expectError(await request(`${own.url}/api/v1/paste/${big}`), 401, 'api_key_missing');
   });
 
   it('a success answered before the body ended closes the connection: the rest of a body no route reads is not read', async () => {

@@ -61,6 +61,16 @@ export interface Read {
 
 const ID_ATTEMPTS = 8;
 
+/** A listing publicSnapshot made, and until when it holds. */
+interface Snapshot {
+  at: number;
+  until: number;
+  limit: number;
+  render: (items: PasteSummary[]) => unknown;
+  changes: number;
+  value: Promise<unknown>;
+}
+
 /** How long the sitemap's listing is kept unless this instance changes a listed paste (publicSnapshot). */
 export const SITEMAP_KEEP_MS = 60_000;
 /** How many times a view-once read checks the paste again when a PUT changed it under the read. */
@@ -378,7 +388,9 @@ export class PasteService {
     if (Object.keys(changes).length === 0) return current;
     const updated = await this.pastes.updateOwned(id, ownerKeyId, now, changes);
     this.listing.forget(ownerKeyId);
-    if (isListedPublicly(current) || (updated && isListedPublicly(updated))) this.listedChanges++;
+    // Whatever it was (another PUT may have changed it since `current` was read): the sitemap is
+    // made again rather than judged from a row that may be old.
+    this.listedChanges++;
     if (!updated) throw notFound();
     return updated;
   }
@@ -390,7 +402,7 @@ export class PasteService {
       throw new AppError('forbidden', 'This paste was not created with your API key.');
     }
     const createdAt = await this.pastes.deleteOwned(id, ownerKeyId, this.clock());
-    if (isListedPublicly(current)) this.listedChanges++;
+    this.listedChanges++;
     if (createdAt === null) throw notFound();
     this.views.forget(id, createdAt);
     this.listing.forget(ownerKeyId);
@@ -423,9 +435,10 @@ export class PasteService {
   /**
    * The first `limit` publicly listed pastes as `render` makes them (the sitemap), made again
    * at most every SITEMAP_KEEP_MS: read and rendered on every request, tens of thousands of rows
-   * were an amplifier anyone could call. Made again at once after this instance creates, changes
-   * or deletes a listed paste (listedChanges); one made unlisted on another instance, or expired,
-   * leaves it within SITEMAP_KEEP_MS. Concurrent callers share one making of it.
+   * were an amplifier anyone could call. Made again at once after this instance creates a listed
+   * paste or changes or deletes any (listedChanges), and when the first of its pastes to expire
+   * does; one made unlisted on another instance leaves it within SITEMAP_KEEP_MS. Concurrent
+   * callers share one making of it.
    */
   publicSnapshot<T>(limit: number, render: (items: PasteSummary[]) => T): Promise<T> {
     const now = this.clock();
@@ -436,12 +449,26 @@ export class PasteService {
       kept.limit === limit &&
       kept.changes === this.listedChanges &&
       now >= kept.at &&
-      now - kept.at < SITEMAP_KEEP_MS
+      now < kept.until
     ) {
       return kept.value as Promise<T>;
     }
-    const value = this.pastes.listPublic(now, limit, 0).then(render);
-    const made = { at: now, limit, render, changes: this.listedChanges, value };
+    const made: Snapshot = {
+      at: now,
+      // No longer than its first paste to expire is live: an expired paste is gone at once (D12).
+      until: now + SITEMAP_KEEP_MS,
+      limit,
+      render,
+      changes: this.listedChanges,
+      value: Promise.resolve(),
+    };
+    const value = this.pastes.listPublic(now, limit, 0).then((items) => {
+      for (const item of items) {
+        if (item.expiresAt !== null && item.expiresAt < made.until) made.until = item.expiresAt;
+      }
+      return render(items);
+    });
+    made.value = value;
     this.snapshot = made;
     // A failed making is not kept: the next caller tries again.
     value.catch(() => {
@@ -450,13 +477,7 @@ export class PasteService {
     return value;
   }
 
-  private snapshot: {
-    at: number;
-    limit: number;
-    render: (items: PasteSummary[]) => unknown;
-    changes: number;
-    value: Promise<unknown>;
-  } | null = null;
+  private snapshot: Snapshot | null = null;
 
   /** Moves whenever this instance writes a paste listed publicly before or after (D22). */
   private listedChanges = 0;
