@@ -21,6 +21,7 @@ import { heapFlagsFor, POSTGRES_HEAP_GROWING_PERCENT } from '../src/heap-growth.
 import { ErrorLog } from '../src/http/error-log.js';
 import { FastLane, serverWithFastLane } from '../src/http/fast-lane.js';
 import { readLimited } from '../src/http/request-bodies.js';
+import { SLOT_CHECK_MS } from '../src/http/upload-slots.js';
 import { KEY_CACHE_MS } from '../src/keys/key-service.js';
 import { OwnerListing } from '../src/pastes/owner-listing.js';
 import type { Paste } from '../src/pastes/paste.js';
@@ -2070,6 +2071,47 @@ describe('large bodies a few at a time', () => {
       }
     } finally {
       for (const socket of tricklers) socket.destroy();
+      await server.close();
+    }
+  });
+
+  it('an upload whose body comes a byte now and then gives its slot back with a 408', { timeout: 60_000 }, async () => {
+    const server = await startServer();
+    const tricklers: Array<{ socket: net.Socket; received: () => string }> = [];
+    try {
+      const key = await server.createKey();
+      const port = Number(new URL(server.url).port);
+      // Four anonymous quick-creates, chunked, a byte every 200 ms: they take the four slots.
+      for (let i = 0; i < 4; i++) {
+        const socket = net.connect(port, '127.0.0.1');
+        socket.on('error', () => {});
+        let received = '';
+        socket.on('data', (chunk: Buffer) => {
+          received += chunk.toString('latin1');
+        });
+        socket.write(
+          'POST /api/v1/cli HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n1\r\na\r\n',
+        );
+        tricklers.push({ socket, received: () => received });
+      }
+      const trickle = setInterval(() => {
+        for (const { socket } of tricklers) if (socket.writable) socket.write('1\r\nb\r\n');
+      }, 200);
+      try {
+        await new Promise((resolve) => setTimeout(resolve, 300));
+        const started = Date.now();
+        // They wait for slots, which the trickles give back within SLOT_CHECK_MS or two.
+        assert.deepEqual(await fourUploads(server.url, key, 2 * 1024 * 1024), [201, 201, 201, 201]);
+        assert.ok(Date.now() - started < 2 * SLOT_CHECK_MS + 3000, `the uploads took ${Date.now() - started} ms`);
+      } finally {
+        clearInterval(trickle);
+      }
+      for (const { received } of tricklers) {
+        assert.match(received(), /^HTTP\/1\.1 408 /);
+        assert.match(received(), /"code":"request_timeout"/);
+      }
+    } finally {
+      for (const { socket } of tricklers) socket.destroy();
       await server.close();
     }
   });

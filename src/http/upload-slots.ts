@@ -11,6 +11,17 @@ import { bodyCutShort } from './request-bodies.js';
 
 export const LARGE_BODY_BYTES = 1024 * 1024;
 
+/**
+ * A slot's body must come at least this fast: SLOT_MIN_BYTES every SLOT_CHECK_MS (6.4 KB/s).
+ * An upload that slow could not end within the request time-out anyway (10 MB in 120 s is
+ * 85 KB/s).
+ */
+export const SLOT_CHECK_MS = 5000;
+export const SLOT_MIN_BYTES = 32 * 1024;
+
+/** How long a connection cut for a slow body stays open for its client to read the 408. */
+const SLOW_LINGER_MS = 2000;
+
 export class Slots {
   private free: number;
   private readonly waiting: Array<() => void> = [];
@@ -57,10 +68,31 @@ export function registerUploadSlots(app: FastifyInstance, count = 4): Slots {
       const release = () => {
         if (released) return;
         released = true;
+        clearInterval(watch);
         reply.raw.removeListener('close', release);
         socket.removeListener('close', release);
         slots.release();
       };
+      // A body that comes slower than SLOT_MIN_BYTES in SLOT_CHECK_MS (a byte now and then, from
+      // a client holding slots on purpose, or one whose answers before it are left unread) gives
+      // its slot back with a 408, as Node's own request time-out answers (client-errors.ts).
+      let seen = socket.bytesRead;
+      const watch = setInterval(() => {
+        if (request.raw.complete) {
+          clearInterval(watch);
+          return;
+        }
+        if (socket.bytesRead - seen >= SLOT_MIN_BYTES) {
+          seen = socket.bytesRead;
+          return;
+        }
+        release();
+        const slow = Object.assign(new Error('The body came too slowly.'), { code: 'ERR_HTTP_REQUEST_TIMEOUT' });
+        app.server.emit('clientError', slow, socket);
+        // Closed after a moment for its client to read the answer, whatever that client does.
+        setTimeout(() => socket.destroy(), SLOW_LINGER_MS).unref();
+      }, SLOT_CHECK_MS);
+      watch.unref();
       // 'close' comes when the answer is sent and when the client goes away mid-upload. Not to
       // an answer queued behind another on its connection (pipelined): Node closes no answer it
       // has not yet given the socket, and the slot would be held for ever. So the socket's too.
