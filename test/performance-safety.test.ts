@@ -21,7 +21,7 @@ import { heapFlagsFor, POSTGRES_HEAP_GROWING_PERCENT } from '../src/heap-growth.
 import { ErrorLog } from '../src/http/error-log.js';
 import { FastLane, serverWithFastLane } from '../src/http/fast-lane.js';
 import { readLimited } from '../src/http/request-bodies.js';
-import { SLOT_CHECK_MS } from '../src/http/upload-slots.js';
+import { SLOT_CHECK_MS, SLOT_GRACE_MS } from '../src/http/upload-slots.js';
 import { KEY_CACHE_MS } from '../src/keys/key-service.js';
 import { OwnerListing } from '../src/pastes/owner-listing.js';
 import type { Paste } from '../src/pastes/paste.js';
@@ -1983,15 +1983,31 @@ describe('large bodies a few at a time', () => {
       headers: { 'content-type': 'text/plain', 'content-length': String(length), 'x-api-key': key },
     });
 
-  /** Four uploads of `bytes` at once, each waited for at most 10 s: their statuses (or the error's name). */
-  const fourUploads = (url: string, key: string, bytes: number) =>
+  /**
+   * A connection with three reads of the paste `id` that its client never reads, then an upload
+   * of `uploadBytes` with the key pipelined behind them (its answer waits behind theirs).
+   */
+  const uploadBehindUnreadReads = (port: number, id: string, key: string, uploadBytes: number, readHeaders = '') => {
+    const socket = net.connect(port, '127.0.0.1');
+    socket.on('error', () => {});
+    const read = `GET /raw/${id} HTTP/1.1\r\nHost: x\r\n${readHeaders}\r\n`;
+    socket.write(
+      `${read}${read}${read}POST /api/v1/cli HTTP/1.1\r\nHost: x\r\nX-Api-Key: ${key}\r\n` +
+        `Content-Type: text/plain\r\nContent-Length: ${uploadBytes}\r\n\r\n`,
+    );
+    socket.write(Buffer.alloc(uploadBytes, 'p'));
+    return socket;
+  };
+
+  /** Four uploads of `bytes` at once, each waited for at most `waitMs`: their statuses (or the error's name). */
+  const fourUploads = (url: string, key: string, bytes: number, waitMs = 10_000) =>
     Promise.all(
       Array.from({ length: 4 }, async (_, i) => {
         const res = await fetch(`${url}/api/v1/cli?json=1`, {
           method: 'POST',
           headers: { 'content-type': 'text/plain', 'x-api-key': key },
           body: `${i}`.repeat(bytes),
-          signal: AbortSignal.timeout(10_000),
+          signal: AbortSignal.timeout(waitMs),
         }).catch((err: Error) => ({ status: err.name }));
         if ('arrayBuffer' in res) await res.arrayBuffer();
         return res.status;
@@ -2075,7 +2091,9 @@ describe('large bodies a few at a time', () => {
     }
   });
 
-  it('an upload whose body comes a byte now and then gives its slot back with a 408', { timeout: 60_000 }, async () => {
+  it('an upload whose body comes a byte now and then gives its slot back with a 408, and nothing of it is stored', {
+    timeout: 60_000,
+  }, async () => {
     const server = await startServer();
     const tricklers: Array<{ socket: net.Socket; received: () => string }> = [];
     try {
@@ -2083,7 +2101,8 @@ describe('large bodies a few at a time', () => {
       const port = Number(new URL(server.url).port);
       // Four anonymous quick-creates, chunked, a byte every 200 ms: they take the four slots.
       for (let i = 0; i < 4; i++) {
-        const socket = net.connect(port, '127.0.0.1');
+        // Half-open allowed: it can go on sending after the server's answer and end.
+        const socket = net.connect({ port, host: '127.0.0.1', allowHalfOpen: true });
         socket.on('error', () => {});
         let received = '';
         socket.on('data', (chunk: Buffer) => {
@@ -2100,9 +2119,10 @@ describe('large bodies a few at a time', () => {
       try {
         await new Promise((resolve) => setTimeout(resolve, 300));
         const started = Date.now();
-        // They wait for slots, which the trickles give back within SLOT_CHECK_MS or two.
-        assert.deepEqual(await fourUploads(server.url, key, 2 * 1024 * 1024), [201, 201, 201, 201]);
-        assert.ok(Date.now() - started < 2 * SLOT_CHECK_MS + 3000, `the uploads took ${Date.now() - started} ms`);
+        // They wait for slots, which the trickles give back once their grace is over.
+        const bound = SLOT_GRACE_MS + 2 * SLOT_CHECK_MS;
+        assert.deepEqual(await fourUploads(server.url, key, 2 * 1024 * 1024, bound + 5000), [201, 201, 201, 201]);
+        assert.ok(Date.now() - started < bound + 3000, `the uploads took ${Date.now() - started} ms`);
       } finally {
         clearInterval(trickle);
       }
@@ -2110,8 +2130,48 @@ describe('large bodies a few at a time', () => {
         assert.match(received(), /^HTTP\/1\.1 408 /);
         assert.match(received(), /"code":"request_timeout"/);
       }
+      // The rest of a cut body is not read: sent now, it makes no paste.
+      for (const { socket } of tricklers) if (socket.writable) socket.write('0\r\n\r\n');
+      await new Promise((resolve) => setTimeout(resolve, 500));
+      const [stored] = await server.sql<{ n: number }>('SELECT count(*) AS n FROM pastes');
+      assert.equal(Number(stored?.n), 4, 'a cut body was stored');
     } finally {
       for (const { socket } of tricklers) socket.destroy();
+      await server.close();
+    }
+  });
+
+  it('an upload whose answer waits behind answers its client never reads gives its slot back once answered', {
+    timeout: 60_000,
+  }, async () => {
+    const server = await startServer();
+    const held: net.Socket[] = [];
+    try {
+      const key = await server.createKey();
+      const big = await request(`${server.url}/api/v1/paste`, {
+        method: 'POST',
+        headers: { 'x-api-key': key },
+        json: { content: 'x'.repeat(4 * 1024 * 1024 - 1024), password: 'pw-slots' },
+      });
+      assert.equal(big.status, 201, big.text);
+      const id = (big.body as { data: { paste_id: string } }).data.paste_id;
+      const port = Number(new URL(server.url).port);
+      const uploadBytes = 2 * 1024 * 1024;
+      // Four clients that stay: three protected reads of 4 MB they never read (the password's
+      // check lets the upload behind them arrive whole first), then a whole upload, stored and
+      // answered, its answer queued behind theirs for as long as the client stays.
+      for (let i = 0; i < 4; i++) {
+        held.push(uploadBehindUnreadReads(port, id, key, uploadBytes, 'X-Paste-Password: pw-slots\r\n'));
+      }
+      // Stored (the big paste and the four uploads), their answers queued.
+      for (let i = 0; i < 100; i++) {
+        const [rows] = await server.sql<{ n: number }>('SELECT count(*) AS n FROM pastes');
+        if (Number(rows?.n) === 5) break;
+        await new Promise((resolve) => setTimeout(resolve, 50));
+      }
+      assert.deepEqual(await fourUploads(server.url, key, uploadBytes), [201, 201, 201, 201]);
+    } finally {
+      for (const socket of held) socket.destroy();
       await server.close();
     }
   });
@@ -2135,14 +2195,7 @@ describe('large bodies a few at a time', () => {
       // behind theirs; each client leaves. Each upload took a slot, and its answer never got
       // the socket (Node closes no answer it has not given it).
       for (let i = 0; i < 4; i++) {
-        const socket = net.connect(port, '127.0.0.1');
-        socket.on('error', () => {});
-        const read = `GET /raw/${id} HTTP/1.1\r\nHost: x\r\n\r\n`;
-        socket.write(
-          `${read}${read}${read}POST /api/v1/cli HTTP/1.1\r\nHost: x\r\nX-Api-Key: ${key}\r\n` +
-            `Content-Type: text/plain\r\nContent-Length: ${uploadBytes}\r\n\r\n`,
-        );
-        socket.write(Buffer.alloc(uploadBytes, 'p'));
+        const socket = uploadBehindUnreadReads(port, id, key, uploadBytes);
         await new Promise((resolve) => setTimeout(resolve, 300));
         socket.destroy();
       }

@@ -6,18 +6,21 @@
  * its body stays in the socket (TCP holds the sender back), so memory is bounded by the slots,
  * not by the number of clients. Small bodies (nearly all requests) never wait.
  */
-import type { FastifyInstance } from 'fastify';
+import type { Socket } from 'node:net';
+import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { bodyCutShort } from './request-bodies.js';
 
 export const LARGE_BODY_BYTES = 1024 * 1024;
 
 /**
- * A slot's body must come at least this fast: SLOT_MIN_BYTES every SLOT_CHECK_MS (6.4 KB/s).
- * An upload that slow could not end within the request time-out anyway (10 MB in 120 s is
- * 85 KB/s).
+ * A slot's body must come at least this fast on average once SLOT_GRACE_MS have passed (checked
+ * every SLOT_CHECK_MS): a client that holds slots with a byte now and then keeps one for 15 s,
+ * not for the request time-out. An upload that slow could not end within the request time-out
+ * anyway (10 MB in 120 s is 85 KB/s), and a stall early on is forgiven by the grace.
  */
 export const SLOT_CHECK_MS = 5000;
-export const SLOT_MIN_BYTES = 32 * 1024;
+export const SLOT_GRACE_MS = 10_000;
+export const SLOT_MIN_BYTES_PER_SECOND = 8 * 1024;
 
 /** How long a connection cut for a slow body stays open for its client to read the 408. */
 const SLOW_LINGER_MS = 2000;
@@ -53,6 +56,12 @@ function isLarge(headers: Record<string, string | string[] | undefined>): boolea
 
 export function registerUploadSlots(app: FastifyInstance, count = 4): Slots {
   const slots = new Slots(count);
+  // The requests holding a slot, and how each gives it back (onSend).
+  const holders = new WeakMap<FastifyRequest, () => void>();
+  app.addHook('onSend', (request, _reply, payload, done) => {
+    holders.get(request)?.();
+    done(null, payload);
+  });
   // A callback hook, not an async one: the bodies under 1 MB (nearly all) pass with no promise.
   app.addHook('preParsing', (request, reply, payload, done) => {
     // A route that takes no large body (a password form's 64 KB, the 1 MB of a route that reads
@@ -71,28 +80,28 @@ export function registerUploadSlots(app: FastifyInstance, count = 4): Slots {
         clearInterval(watch);
         reply.raw.removeListener('close', release);
         socket.removeListener('close', release);
+        holders.delete(request);
         slots.release();
       };
-      // A body that comes slower than SLOT_MIN_BYTES in SLOT_CHECK_MS (a byte now and then, from
-      // a client holding slots on purpose, or one whose answers before it are left unread) gives
+      // A body that comes slower than SLOT_MIN_BYTES_PER_SECOND (a byte now and then, from a
+      // client holding slots on purpose, or one whose answers before it are left unread) gives
       // its slot back with a 408, as Node's own request time-out answers (client-errors.ts).
-      let seen = socket.bytesRead;
+      const startedAt = performance.now();
+      const startBytes = socket.bytesRead;
       const watch = setInterval(() => {
-        if (request.raw.complete) {
+        if (request.raw.complete || reply.raw.headersSent) {
           clearInterval(watch);
           return;
         }
-        if (socket.bytesRead - seen >= SLOT_MIN_BYTES) {
-          seen = socket.bytesRead;
-          return;
-        }
+        const due = (SLOT_MIN_BYTES_PER_SECOND * (performance.now() - startedAt - SLOT_GRACE_MS)) / 1000;
+        if (socket.bytesRead - startBytes >= due) return;
         release();
-        const slow = Object.assign(new Error('The body came too slowly.'), { code: 'ERR_HTTP_REQUEST_TIMEOUT' });
-        app.server.emit('clientError', slow, socket);
-        // Closed after a moment for its client to read the answer, whatever that client does.
-        setTimeout(() => socket.destroy(), SLOW_LINGER_MS).unref();
+        cutSlowBody(app, socket);
       }, SLOT_CHECK_MS);
       watch.unref();
+      // Given back once the answer is on its way: its body's copies are garbage by then. A
+      // pipelined answer waits for those before it, which a client that never reads them holds.
+      holders.set(request, release);
       // 'close' comes when the answer is sent and when the client goes away mid-upload. Not to
       // an answer queued behind another on its connection (pipelined): Node closes no answer it
       // has not yet given the socket, and the slot would be held for ever. So the socket's too.
@@ -108,4 +117,19 @@ export function registerUploadSlots(app: FastifyInstance, count = 4): Slots {
     }, done);
   });
   return slots;
+}
+
+/**
+ * A slot's body that came too slowly: nothing more of it is read (it is not stored after its
+ * 408), the 408 goes out in the envelope as for Node's own request time-out, and the connection
+ * is closed SLOW_LINGER_MS later whatever its client does.
+ */
+function cutSlowBody(app: FastifyInstance, socket: Socket): void {
+  socket.pause();
+  socket.on('resume', () => socket.pause());
+  const slow = Object.assign(new Error('The body came too slowly.'), { code: 'ERR_HTTP_REQUEST_TIMEOUT' });
+  app.server.emit('clientError', slow, socket);
+  // Not unref'd: a paused socket keeps nothing alive, and a server closing waits for it.
+  const timer = setTimeout(() => socket.destroy(), SLOW_LINGER_MS);
+  socket.once('close', () => clearTimeout(timer));
 }
