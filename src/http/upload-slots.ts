@@ -59,7 +59,13 @@ export function registerUploadSlots(app: FastifyInstance, count = 4): Slots {
   // The requests holding a slot, and how each gives it back (onSend).
   const holders = new WeakMap<FastifyRequest, () => void>();
   app.addHook('onSend', (request, _reply, payload, done) => {
-    holders.get(request)?.();
+    const release = holders.get(request);
+    if (release) {
+      // Its parsed body is let go with the slot: a queued answer keeps its reply, and the reply
+      // its request, alive until the answers before it are read (as long as a client likes).
+      (request as { body: unknown }).body = undefined;
+      release();
+    }
     done(null, payload);
   });
   // A callback hook, not an async one: the bodies under 1 MB (nearly all) pass with no promise.
@@ -99,8 +105,8 @@ export function registerUploadSlots(app: FastifyInstance, count = 4): Slots {
         cutSlowBody(app, socket);
       }, SLOT_CHECK_MS);
       watch.unref();
-      // Given back once the answer is on its way: its body's copies are garbage by then. A
-      // pipelined answer waits for those before it, which a client that never reads them holds.
+      // Given back once the answer is on its way, its parsed body let go (onSend): a pipelined
+      // answer waits for those before it, which a client that never reads them holds.
       holders.set(request, release);
       // 'close' comes when the answer is sent and when the client goes away mid-upload. Not to
       // an answer queued behind another on its connection (pipelined): Node closes no answer it
