@@ -1983,6 +1983,39 @@ describe('large bodies a few at a time', () => {
       headers: { 'content-type': 'text/plain', 'content-length': String(length), 'x-api-key': key },
     });
 
+  interface Trickler {
+    socket: net.Socket;
+    received: () => string;
+  }
+
+  /**
+   * A client sending `head` (a request line and headers) with a chunked body of one byte; the
+   * rest comes from trickleEvery. Half-open allowed: it goes on sending after the server's
+   * answer, and as a 408 arrives it sends the rest of its body and its end at once (within the
+   * server's linger), so a cut body that was read further would be stored.
+   */
+  const trickler = (port: number, head: string): Trickler => {
+    const socket = net.connect({ port, host: '127.0.0.1', allowHalfOpen: true });
+    socket.on('error', () => {});
+    let received = '';
+    let ended = false;
+    socket.on('data', (chunk: Buffer) => {
+      received += chunk.toString('latin1');
+      if (!ended && received.startsWith('HTTP/1.1 408') && socket.writable) {
+        ended = true;
+        socket.write(`40\r\n${'c'.repeat(64)}\r\n0\r\n\r\n`);
+      }
+    });
+    socket.write(`${head}Transfer-Encoding: chunked\r\n\r\n1\r\na\r\n`);
+    return { socket, received: () => received };
+  };
+
+  /** One more byte of each trickler's body every `ms`; clearInterval stops them. */
+  const trickleEvery = (tricklers: Trickler[], ms: number) =>
+    setInterval(() => {
+      for (const { socket } of tricklers) if (socket.writable) socket.write('1\r\nb\r\n');
+    }, ms);
+
   /**
    * A connection with three reads of the paste `id` that its client never reads, then an upload
    * of `uploadBytes` with the key pipelined behind them (its answer waits behind theirs).
@@ -2062,23 +2095,20 @@ describe('large bodies a few at a time', () => {
     timeout: 60_000,
   }, async () => {
     const server = await startServer();
-    const tricklers: net.Socket[] = [];
+    const tricklers: Trickler[] = [];
     try {
       const key = await server.createKey();
       const port = Number(new URL(server.url).port);
       // Six clients, no key: a password form's POST, chunked, a byte now and then.
       for (let i = 0; i < 6; i++) {
-        const socket = net.connect(port, '127.0.0.1');
-        socket.on('error', () => {});
-        socket.write(
-          'POST /view/noSuchPaste HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-www-form-urlencoded\r\n' +
-            'Transfer-Encoding: chunked\r\n\r\n1\r\na\r\n',
+        tricklers.push(
+          trickler(
+            port,
+            'POST /view/noSuchPaste HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-www-form-urlencoded\r\n',
+          ),
         );
-        tricklers.push(socket);
       }
-      const trickle = setInterval(() => {
-        for (const socket of tricklers) if (socket.writable) socket.write('1\r\nb\r\n');
-      }, 500);
+      const trickle = trickleEvery(tricklers, 500);
       try {
         await new Promise((resolve) => setTimeout(resolve, 300));
         assert.deepEqual(await fourUploads(server.url, key, 2 * 1024 * 1024), [201, 201, 201, 201]);
@@ -2086,7 +2116,7 @@ describe('large bodies a few at a time', () => {
         clearInterval(trickle);
       }
     } finally {
-      for (const socket of tricklers) socket.destroy();
+      for (const { socket } of tricklers) socket.destroy();
       await server.close();
     }
   });
@@ -2095,33 +2125,15 @@ describe('large bodies a few at a time', () => {
     timeout: 60_000,
   }, async () => {
     const server = await startServer();
-    const tricklers: Array<{ socket: net.Socket; received: () => string }> = [];
+    const tricklers: Trickler[] = [];
     try {
       const key = await server.createKey();
       const port = Number(new URL(server.url).port);
       // Four anonymous quick-creates, chunked, a byte every 200 ms: they take the four slots.
       for (let i = 0; i < 4; i++) {
-        // Half-open allowed: it can go on sending after the server's answer and end.
-        const socket = net.connect({ port, host: '127.0.0.1', allowHalfOpen: true });
-        socket.on('error', () => {});
-        let received = '';
-        let ended = false;
-        socket.on('data', (chunk: Buffer) => {
-          received += chunk.toString('latin1');
-          // The rest of the body and its end at once after the 408, within the server's linger.
-          if (!ended && received.startsWith('HTTP/1.1 408') && socket.writable) {
-            ended = true;
-            socket.write(`40\r\n${'c'.repeat(64)}\r\n0\r\n\r\n`);
-          }
-        });
-        socket.write(
-          'POST /api/v1/cli HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n1\r\na\r\n',
-        );
-        tricklers.push({ socket, received: () => received });
+        tricklers.push(trickler(port, 'POST /api/v1/cli HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\n'));
       }
-      const trickle = setInterval(() => {
-        for (const { socket } of tricklers) if (socket.writable) socket.write('1\r\nb\r\n');
-      }, 200);
+      const trickle = trickleEvery(tricklers, 200);
       try {
         // Time for the four to take every slot.
         await new Promise((resolve) => setTimeout(resolve, 1000));

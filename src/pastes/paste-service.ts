@@ -453,22 +453,14 @@ export class PasteService {
     ) {
       return kept.value as Promise<T>;
     }
-    const made: Snapshot = {
-      at: now,
-      // No longer than its first paste to expire is live: an expired paste is gone at once (D12).
-      until: now + SITEMAP_KEEP_MS,
-      limit,
-      render,
-      changes: this.listedChanges,
-      value: Promise.resolve(),
-    };
+    // No longer than its first paste to expire is live: an expired paste is gone at once (D12).
     const value = this.pastes.listPublic(now, limit, 0).then((items) => {
       for (const item of items) {
         if (item.expiresAt !== null && item.expiresAt < made.until) made.until = item.expiresAt;
       }
       return render(items);
     });
-    made.value = value;
+    const made: Snapshot = { at: now, until: now + SITEMAP_KEEP_MS, limit, render, changes: this.listedChanges, value };
     this.snapshot = made;
     // A failed making is not kept: the next caller tries again.
     value.catch(() => {
