@@ -327,9 +327,11 @@ describe('only the owner can update, delete or list its pastes (D14)', () => {
     expectError(await request(`${own.url}/api/v1/paste/${big}`), 401, 'api_key_missing');
   });
 
-  it('a success answered before the body ended closes the connection: the rest of a body no route reads is not read', async () => {
-    const deleter = await server.createKey({ name: 'deleter' });
-    const id = await createPaste(server, deleter, { content: 'deleted with a body that never ends' });
+  /**
+   * Sends `head` and then a body that goes on for as long as the connection takes it (1 KB every
+   * 20 ms); returns what came back and whether the server closed the connection within 5 s.
+   */
+  async function withEndlessBody(head: string): Promise<{ after: unknown; received: string }> {
     const socket = net.connect(Number(new URL(server.url).port), '127.0.0.1');
     socket.on('error', () => {});
     let received = '';
@@ -337,23 +339,29 @@ describe('only the owner can update, delete or list its pastes (D14)', () => {
       received += chunk.toString('latin1');
     });
     const closed = new Promise<void>((resolve) => socket.on('close', () => resolve()));
-    socket.write(
-      `DELETE /api/v1/paste/${id} HTTP/1.1\r\nHost: x\r\nX-Api-Key: ${deleter}\r\n` +
-        'Content-Type: multipart/form-data; boundary=b\r\nTransfer-Encoding: chunked\r\n\r\n',
-    );
-    // A body that goes on for as long as the connection takes it.
-    const chunk = `400\r\n${'z'.repeat(0x400)}\r\n`;
+    socket.write(head);
+    const chunk = head.includes('Transfer-Encoding: chunked') ? `400\r\n${'z'.repeat(0x400)}\r\n` : 'z'.repeat(0x400);
     const more = setInterval(() => socket.writable && socket.write(chunk), 20);
     try {
       const after = await Promise.race([
         closed.then(() => 'closed'),
         new Promise((resolve) => setTimeout(() => resolve('still reading 5 s after'), 5000)),
       ]);
-      assert.equal(after, 'closed');
+      return { after, received };
     } finally {
       clearInterval(more);
       socket.destroy();
     }
+  }
+
+  it('a success answered before the body ended closes the connection: the rest of a body no route reads is not read', async () => {
+    const deleter = await server.createKey({ name: 'deleter' });
+    const id = await createPaste(server, deleter, { content: 'deleted with a body that never ends' });
+    const { after, received } = await withEndlessBody(
+      `DELETE /api/v1/paste/${id} HTTP/1.1\r\nHost: x\r\nX-Api-Key: ${deleter}\r\n` +
+        'Content-Type: multipart/form-data; boundary=b\r\nTransfer-Encoding: chunked\r\n\r\n',
+    );
+    assert.equal(after, 'closed');
     assert.match(received, /^HTTP\/1\.1 200 /);
     assert.match(received, /\r\nconnection: close\r\n/i);
     expectError(
@@ -361,6 +369,24 @@ describe('only the owner can update, delete or list its pastes (D14)', () => {
       404,
       'not_found',
     );
+  });
+
+  it('so does a read whose GET carries a body, on the paths the fast lane answers too', async () => {
+    const reader = await server.createKey({ name: 'reader' });
+    const id = await createPaste(server, reader, { content: 'read with a body that never ends' });
+    const paths = [`/raw/${id}`, `/view/${id}`, `/api/v1/paste/${id}`, '/api/v1/pastes'];
+    for (const framing of ['Transfer-Encoding: chunked', 'Content-Length: 100000000']) {
+      for (const path of paths) {
+        // The key looked up just before (through the framework), so the lane would answer its reads.
+        await request(`${server.url}/api/v1/pastes?page=%31`, { headers: { 'x-api-key': reader } });
+        const { after, received } = await withEndlessBody(
+          `GET ${path} HTTP/1.1\r\nHost: x\r\nX-Api-Key: ${reader}\r\n${framing}\r\n\r\n`,
+        );
+        assert.equal(after, 'closed', `${path}, ${framing}`);
+        assert.match(received, /^HTTP\/1\.1 200 /, `${path}, ${framing}`);
+        assert.match(received, /\r\nconnection: close\r\n/i, `${path}, ${framing}`);
+      }
+    }
   });
 
   it('a burst of 40 parallel PUTs and DELETEs by another key are all refused; the paste is intact', async () => {

@@ -134,6 +134,9 @@ export class FastLane {
     if (headers['content-encoding'] !== undefined || headers['x-paste-password'] !== undefined) return null;
     if (this.deps.trustProxy && headers['x-forwarded-for'] !== undefined) return null;
     if (method === 'POST') return url === CREATE_PATH && this.isPlainCreate(headers) ? 'create' : null;
+    // A read that carries a body: Fastify's, whose onSend closes the connection of an answer sent
+    // before its body ended (app.ts), so that Node does not go on reading a body nothing reads.
+    if (headers['transfer-encoding'] !== undefined || (headers['content-length'] ?? '0') !== '0') return null;
     if (url.startsWith(RAW_PREFIX)) return PLAIN_ID.test(url.slice(RAW_PREFIX.length)) ? 'raw' : null;
     if (url.startsWith(VIEW_PREFIX)) return PLAIN_ID.test(url.slice(VIEW_PREFIX.length)) ? 'view' : null;
     if (this.deps.apiEnabled && url.startsWith(API_PREFIX) && typeof headers['x-api-key'] === 'string') {
