@@ -116,7 +116,10 @@ function readInteger(env: Env, name: string, fallback: number, min: number, max:
 export function withoutCredentials(raw: string): string {
   // Up to the last @: a password may hold / ? # or @ unencoded (then the URL does not parse,
   // which is exactly when a message shows it); a path's own @ is left out too, which is harmless.
-  if (/^[a-z][a-z0-9+.-]*:\/\//i.test(raw)) return raw.replace(/^([a-z][a-z0-9+.-]*:\/\/).*@/is, '$1***@');
+  // The query is left out too when it holds a value: pg and ioredis take ?password= as well.
+  if (/^[a-z][a-z0-9+.-]*:\/\//i.test(raw)) {
+    return raw.replace(/^([a-z][a-z0-9+.-]*:\/\/).*@/is, '$1***@').replace(/\?.*=.*$/s, '?…');
+  }
   // No scheme:// and credentials in it (a typo, postgres:/u:pw@h or redis//:pw@h, or libpq's
   // keywords, password=pw): where a password would end cannot be told, so nothing after the
   // scheme is shown.

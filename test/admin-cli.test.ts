@@ -364,6 +364,22 @@ describe('fastpaste command', () => {
     assert.ok(!`${run.stdout}${run.stderr}`.includes(unknown.slice(7)), 'the key was printed');
   });
 
+  it('a key given with spaces around it is found; a mistyped one is named by its first characters only', async () => {
+    const created = await fastpaste(['keys', 'create', '--name', 'copied', '--json'], env);
+    assertOk(created, 'keys create');
+    const copied = JSON.parse(created.stdout).key as string;
+    assertOk(await fastpaste(['keys', 'usage', ` ${copied}\n`], env), 'keys usage of a key with spaces around it');
+    for (const typo of [`"${copied}"`, copied.slice(3), copied.toUpperCase(), `${copied}x`, copied.slice(0, -1)]) {
+      const run = await fastpaste(['keys', 'deactivate', typo], env);
+      assert.equal(run.code, 1, `${typo}: ${run.stdout}${run.stderr}`);
+      assert.equal(run.stderr.trim(), `fastpaste: No API key "${typo.slice(0, 7)}…".`);
+      assert.ok(!`${run.stdout}${run.stderr}`.toLowerCase().includes(copied.slice(10, 30).toLowerCase()), typo);
+    }
+    // A key's id is named in full.
+    const run = await fastpaste(['keys', 'deactivate', 'k_0123456789ab'], env);
+    assert.equal(run.stderr.trim(), 'fastpaste: No API key "k_0123456789ab".');
+  });
+
   it('migrate says the database is up to date on its second run', async (t) => {
     const empty = await freshDatabase();
     t.after(() => empty.drop());
@@ -486,6 +502,9 @@ describe('fastpaste command', () => {
       [['keys', 'list'], { DATABASE_URL: 'host=db.example password=s3cret-pw' }, 'DATABASE_URL'],
       [['serve'], { REDIS_URL: 'redis//:s3cret-pw@cache.example' }, 'REDIS_URL'],
       [['serve'], { REDIS_URL: 'redis:/:s3cret-pw@cache.example:6379' }, 'REDIS_URL'],
+      // A password in the query string, which pg and ioredis read too, of a URL that does not parse.
+      [['keys', 'list'], { DATABASE_URL: 'postgres://db.example:5432x/fp?password=s3cret-pw' }, 'DATABASE_URL'],
+      [['serve'], { REDIS_URL: 'redis://cache.example:99999/?password=s3cret-pw' }, 'REDIS_URL'],
       // An empty SQLite path would be a database in memory, every key and paste gone at exit.
       [['keys', 'list'], { DATABASE_URL: 'sqlite:' }, 'DATABASE_URL'],
     ];

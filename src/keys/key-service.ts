@@ -59,6 +59,9 @@ function checkLimit(name: string, value: number | undefined): number {
 export const KEY_CACHE_MS = 1000;
 const KEY_CACHE_MAX = 10_000;
 
+/** A key's id as newKey makes it: shown in full in messages, unlike anything else given for a key. */
+const KEY_ID = /^k_[0-9a-f]{12}$/;
+
 export class KeyService {
   /**
    * Keys by digest, for a second: a busy client costs one look-up a second instead of one a
@@ -84,7 +87,7 @@ export class KeyService {
     if (webhookUrl !== null) await checkWebhookUrl(webhookUrl, this.webhookGuard);
     const webhookSecret = webhookUrl ? newWebhookSecret() : null;
     const row: ApiKeyRow = {
-      id: `k_${randomBytes(6).toString('hex')}`,
+      id: `k_${randomBytes(6).toString('hex')}`, // KEY_ID
       name,
       digest: apiKeyDigest(key),
       active: 1,
@@ -104,8 +107,12 @@ export class KeyService {
     return (await this.keys.list()).map(toApiKey);
   }
 
-  /** Finds a key by its id (`k_...`) or by the secret itself. */
-  async find(idOrKey: string): Promise<ApiKey | null> {
+  /**
+   * Finds a key by its id (`k_...`) or by the secret itself, either without the spaces around it
+   * (a key copied from a terminal).
+   */
+  async find(given: string): Promise<ApiKey | null> {
+    const idOrKey = given.trim();
     const row = isWellFormedApiKey(idOrKey)
       ? await this.keys.findByDigest(apiKeyDigest(idOrKey))
       : await this.keys.findById(idOrKey);
@@ -113,13 +120,15 @@ export class KeyService {
   }
 
   /**
-   * The key by its id or by the key itself, or not_found. An unknown key is named by its first
-   * characters only: the error line goes to a terminal, a script's log or a CI job's output.
+   * The key by its id or by the key itself, or not_found. What is not a key id is named by its
+   * first characters only, mistyped or not: the error line goes to a terminal, a script's log or
+   * a CI job's output, and a key with a character too many or too few is still nearly all secret.
    */
-  async get(idOrKey: string): Promise<ApiKey> {
-    const found = await this.find(idOrKey);
+  async get(given: string): Promise<ApiKey> {
+    const found = await this.find(given);
     if (found) return found;
-    const named = /^fp_.{8}/.test(idOrKey) ? `${idOrKey.slice(0, 7)}…` : idOrKey;
+    const idOrKey = given.trim();
+    const named = KEY_ID.test(idOrKey) || idOrKey.length <= 7 ? idOrKey : `${idOrKey.slice(0, 7)}…`;
     throw new AppError('not_found', `No API key "${named}".`);
   }
 
