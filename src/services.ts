@@ -49,6 +49,8 @@ export interface ServiceOptions {
   clock?: Clock;
   /** The settings; defaults apply to whatever is not given. */
   config?: Partial<Config>;
+  /** How often expired quota counters are deleted on SQLite (counter-store.ts; tests shorten it). */
+  counterClearEveryMs?: number;
   /** Where background work reports problems. */
   logger?: { info(o: object, m: string): void; warn(o: object, m: string): void; error(o: object, m: string): void };
 }
@@ -126,7 +128,7 @@ export async function createServices(storage: Storage, options: ServiceOptions =
     counters = redisCounters(redis);
   } else if (storage.sqlite) {
     // One process owns an SQLite file: counts are held in memory and written behind.
-    counters = new BufferedCounterStore(await sqliteCounters(storage.sqlite));
+    counters = new BufferedCounterStore(await sqliteCounters(storage.sqlite, options.counterClearEveryMs));
   } else {
     counters = await postgresCounters(storage.pgPool);
   }

@@ -23,6 +23,9 @@ import { RedisCounterStore } from '../src/keys/counter-store.js';
 import { KEY_CACHE_MS, type NewKeyOptions } from '../src/keys/key-service.js';
 import { keySubject } from '../src/keys/quota-service.js';
 import { parseCreateInput } from '../src/pastes/paste-input.js';
+import { createServices } from '../src/services.js';
+import { openStorage } from '../src/storage/database.js';
+import { migrateToLatest } from '../src/storage/migrations.js';
 import {
   encryptForTest,
   expectError,
@@ -1343,6 +1346,48 @@ describe('Redis counters: the windows of a request in one script run', {
       );
     } finally {
       down.disconnect();
+    }
+  });
+});
+
+describe('expired quota counters on SQLite', { skip: onPostgres ? 'SQLite only' : false }, () => {
+  it('are deleted on a timer that outlives a database refusing writes (a failed clean-up is no unhandled rejection)', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'fastpaste-counters-'));
+    const storage = openStorage(`sqlite:${join(dir, 'counters.db')}`);
+    await migrateToLatest(storage);
+    const services = await createServices(storage, { counterClearEveryMs: 50 });
+    const rejections: unknown[] = [];
+    const onRejection = (reason: unknown) => rejections.push(reason);
+    process.on('unhandledRejection', onRejection);
+    const sqlite = storage.sqlite as import('better-sqlite3').Database;
+    const insert = sqlite.prepare('INSERT INTO rate_limit_counters (key, points, expire) VALUES (?, 1, ?)');
+    const left = () =>
+      (sqlite.prepare('SELECT key FROM rate_limit_counters ORDER BY key').all() as Array<{ key: string }>).map(
+        (row) => row.key,
+      );
+    const until = async (done: () => boolean, what: string) => {
+      for (const started = Date.now(); !done(); await new Promise((resolve) => setTimeout(resolve, 20))) {
+        assert.ok(Date.now() - started < 5000, `${what} within 5 s: ${left().join(', ')}`);
+      }
+    };
+    try {
+      insert.run('q:two hours past', Date.now() - 2 * HOUR);
+      insert.run('q:live', Date.now() + HOUR);
+      await until(() => !left().includes('q:two hours past'), 'an expired counter deleted');
+      // The next expired counter, and the file refusing writes before any turn of the timer.
+      insert.run('q:past while refused', Date.now() - 2 * HOUR);
+      sqlite.pragma('query_only = ON');
+      await new Promise((resolve) => setTimeout(resolve, 400));
+      assert.deepEqual(rejections, []);
+      assert.ok(left().includes('q:past while refused'));
+      sqlite.pragma('query_only = OFF');
+      await until(() => !left().includes('q:past while refused'), 'the clean-up going on once writable');
+      assert.deepEqual(left(), ['q:live']);
+    } finally {
+      process.off('unhandledRejection', onRejection);
+      await services.close();
+      await storage.close();
+      rmSync(dir, { recursive: true, force: true });
     }
   });
 });

@@ -187,6 +187,7 @@ export class BufferedCounterStore implements CounterStore {
   async close(): Promise<number> {
     this.closed = true;
     await this.flush();
+    await this.durable.close();
     let held = 0;
     for (const entry of this.counts.values()) held += Math.abs(entry.unwritten);
     return held;
@@ -227,8 +228,68 @@ function created<T>(make: (done: (err?: unknown) => void) => T): Promise<T> {
   });
 }
 
+/** How often the counters past their window are deleted from the SQLite table. */
+export const CLEAR_EXPIRED_EVERY_MS = 5 * 60_000;
+/** How long past its window a counter is kept (as rate-limiter-flexible's own clean-up). */
+const CLEAR_EXPIRED_AFTER_MS = 60 * 60_000;
+
+/**
+ * Counters in the SQLite file. Those an hour past their window are deleted on a timer of this
+ * store's, not by rate-limiter-flexible's own (clearExpiredByTimeout), whose failed DELETE is a
+ * rejection nothing catches, which ends the process: a file that takes no writes or a full disk
+ * would have stopped a server that otherwise goes on serving reads. A failed clean-up is tried
+ * again at the next turn.
+ */
+class SqliteCounterStore extends LimiterCounterStore {
+  private timer: NodeJS.Timeout | null = null;
+
+  private readonly clearStatement: { run(before: number): unknown };
+
+  constructor(
+    limiter: RateLimiterSQLite,
+    sqlite: SqliteHandle,
+    private readonly clearEveryMs: number,
+  ) {
+    super(limiter);
+    this.clearStatement = sqlite.prepare(`DELETE FROM ${TABLE} WHERE expire < ?`);
+    this.schedule();
+  }
+
+  private schedule(): void {
+    this.timer = setTimeout(() => {
+      this.clearExpired();
+      if (this.timer) this.schedule();
+    }, this.clearEveryMs);
+    this.timer.unref();
+  }
+
+  /** Deletes the counters past their window and the hour after it; false when the file refused. */
+  clearExpired(): boolean {
+    try {
+      this.clearStatement.run(Date.now() - CLEAR_EXPIRED_AFTER_MS);
+      return true;
+    } catch {
+      return false;
+    }
+  }
+
+  override async close(): Promise<number> {
+    if (this.timer) clearTimeout(this.timer);
+    this.timer = null;
+    return 0;
+  }
+}
+
+/** What the store needs of a better-sqlite3 handle. */
+interface SqliteHandle {
+  prepare(sql: string): { run(...params: unknown[]): unknown };
+}
+
 /** Counters in the SQLite file of the service, through its better-sqlite3 handle. */
-export function sqliteCounters(sqlite: unknown): Promise<LimiterCounterStore> {
+export function sqliteCounters(
+  sqlite: SqliteHandle,
+  clearEveryMs = CLEAR_EXPIRED_EVERY_MS,
+): Promise<LimiterCounterStore> {
   return created(
     (done) =>
       new RateLimiterSQLite(
@@ -240,11 +301,10 @@ export function sqliteCounters(sqlite: unknown): Promise<LimiterCounterStore> {
           points: UNBOUNDED,
           duration: 3600,
           keyPrefix: 'q',
-          clearExpiredByTimeout: true,
         },
         done,
       ),
-  ).then((limiter) => new LimiterCounterStore(limiter));
+  ).then((limiter) => new SqliteCounterStore(limiter, sqlite, clearEveryMs));
 }
 
 /** Counters in PostgreSQL, through the service's pg pool. */
