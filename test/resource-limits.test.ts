@@ -501,8 +501,8 @@ describe('resource limits', () => {
       let running = 0;
       let most = 0;
       await Promise.all(
-        Array.from({ length: 20 }, () =>
-          semaphore.run(async () => {
+        Array.from({ length: 20 }, (_, i) =>
+          semaphore.run(`client ${i % 3}`, async () => {
             running++;
             most = Math.max(most, running);
             await new Promise((resolve) => setTimeout(resolve, 5));
@@ -511,6 +511,60 @@ describe('resource limits', () => {
         ),
       );
       assert.equal(most, 2);
+    });
+
+    it("the semaphore serves its waiting by client in turn: one client's burst does not hold another's task behind it", async () => {
+      const semaphore = new Semaphore(2);
+      const finished: string[] = [];
+      const task = (label: string) => async () => {
+        await new Promise((resolve) => setTimeout(resolve, 2));
+        finished.push(label);
+      };
+      const burst = Array.from({ length: 20 }, (_, i) => semaphore.run('burst', task(`burst ${i}`)));
+      const late = semaphore.run('late', task('late'));
+      const later = semaphore.run('later', task('later'));
+      await Promise.all([...burst, late, later]);
+      assert.equal(finished.length, 22);
+      // Two of the burst running, then one waiting of each client in turn.
+      assert.ok(finished.indexOf('late') <= 3, finished.join(', '));
+      assert.ok(finished.indexOf('later') <= 5, finished.join(', '));
+    });
+
+    it('right passwords sent by one client in a burst do not hold back another reader of a protected paste', async () => {
+      const proxied = await startServer({ env: { TRUST_PROXY: 'true' } });
+      try {
+        const owner = await proxied.createKey({ name: 'burst owner' });
+        const password = 'right every time';
+        const create = async () => {
+          const created = await request(`${proxied.url}/api/v1/paste`, {
+            method: 'POST',
+            headers: { 'x-api-key': owner },
+            json: { content: 'read by a crowd', password },
+          });
+          assert.equal(created.status, 201, created.text);
+          return created.body.data.paste_id as string;
+        };
+        // The guess limit (10 a paste and address) counts right passwords until each is checked.
+        const crowded = [await create(), await create(), await create(), await create(), await create()];
+        const other = await create();
+        const order: string[] = [];
+        const read = (id: string, address: string, label: string) =>
+          request(`${proxied.url}/raw/${id}`, {
+            headers: { 'x-paste-password': password, 'x-forwarded-for': address },
+          }).then((answer) => {
+            assert.equal(answer.status, 200, `${label}: ${answer.text}`);
+            order.push(label);
+          });
+        // Right passwords are given their guesses back: 8 at a time a paste keeps within the limit.
+        const burst = Array.from({ length: 40 }, (_, i) => read(crowded[i % 5] as string, '203.0.113.7', `burst ${i}`));
+        await new Promise((resolve) => setTimeout(resolve, 50));
+        await Promise.all([...burst, read(other, '198.51.100.8', 'other reader')]);
+        // In turn with the burst, not behind all of it (last when served in arrival order).
+        const behind = order.length - 1 - order.indexOf('other reader');
+        assert.ok(behind >= 15, `${behind} of the burst answered after the other reader: ${order.join(', ')}`);
+      } finally {
+        await proxied.close();
+      }
     });
   });
 

@@ -126,7 +126,9 @@ export class PasteService {
   async create(input: CreateInput, context: CreateContext): Promise<Created> {
     // The password is hashed first: the hash may wait behind others (two at a time), and the
     // paste's time (created_at, expires_at) is the time it is made, not before that wait.
-    const passwordHash = input.password ? await hashPassword(input.password) : null;
+    const passwordHash = input.password
+      ? await hashPassword(input.password, context.owner?.id ?? context.ip ?? '')
+      : null;
     const now = this.clock();
     const filename = context.filename ?? null;
     const language =
@@ -338,7 +340,7 @@ export class PasteService {
       if (rejection instanceof RateLimiterRes) throw tooManyGuesses(rejection);
       throw rejection;
     }
-    if (await verifyPassword(paste.passwordHash as string, options.password)) {
+    if (await verifyPassword(paste.passwordHash as string, options.password, options.clientAddress())) {
       await this.guesses.reward(guessKey, 1);
       return;
     }
@@ -359,7 +361,9 @@ export class PasteService {
     // Hashed before the time is taken (see create): a paste that expired while the hash waited
     // is not updated (nor brought back by a new expiry), and a new expiry counts from now.
     const passwordHash =
-      input.password === undefined || input.password === null ? input.password : await hashPassword(input.password);
+      input.password === undefined || input.password === null
+        ? input.password
+        : await hashPassword(input.password, ownerKeyId);
     const now = this.clock();
     const changes: PasteChanges = {};
     if (input.content !== undefined) {
