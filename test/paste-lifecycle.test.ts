@@ -6,6 +6,7 @@
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import http from 'node:http';
+import net from 'node:net';
 import { after, before, describe, it } from 'node:test';
 import { hashPassword } from '../src/pastes/passwords.js';
 import { encryptForTest, expectError, onPostgres, request, sqlText, startServer, type TestServer } from './helpers.js';
@@ -621,6 +622,39 @@ describe('burn after read (D11)', () => {
       await server.sql('DROP TRIGGER refuse_view_delete' + (onPostgres ? ' ON paste_views' : ''));
       if (onPostgres) await server.sql('DROP FUNCTION refuse_view_delete()');
     }
+  });
+
+  it('a view-once paste whose reader left while its password was checked is left for the next reader', async () => {
+    const created = await createPaste(server, key, {
+      content: 'for a reader still there',
+      password: 'pw-left',
+      burn: true,
+    });
+    const blocking = [
+      await createPaste(server, key, { content: 'hashed first', password: 'pw-block' }),
+      await createPaste(server, key, { content: 'hashed first too', password: 'pw-block' }),
+    ];
+    const atWork = () => server.app.requestsAtWork();
+    const until = async (done: () => boolean, what: string) => {
+      for (const started = Date.now(); !done(); await sleep(1)) assert.ok(Date.now() - started < 10_000, what);
+    };
+    // Ten wrong passwords of this client (five a paste, under the guess limit) ahead of the read
+    // in the hashing queue: the read waits behind them while its client leaves.
+    const blockers = Array.from({ length: 10 }, (_, i) =>
+      getWeb(server, `/raw/${blocking[i % 2]?.paste_id}`, `wrong ${i}`),
+    );
+    await until(() => atWork() === 10, 'the ten wrong passwords at work');
+    const socket = net.connect(Number(new URL(server.url).port), '127.0.0.1');
+    socket.on('error', () => {});
+    socket.write(`GET /raw/${created.paste_id} HTTP/1.1\r\nHost: x\r\nX-Paste-Password: pw-left\r\n\r\n`);
+    await until(() => atWork() === 11, 'the read at work');
+    socket.destroy();
+    for (const answer of await Promise.all(blockers)) expectError(answer, 403, 'wrong_password');
+    await until(() => atWork() === 0, 'every request done');
+    const read = await getWeb(server, `/raw/${created.paste_id}`, 'pw-left');
+    assert.equal(read.status, 200, read.text);
+    assert.equal(read.text, 'for a reader still there');
+    expectError(await getWeb(server, `/raw/${created.paste_id}`, 'pw-left'), 404, 'not_found');
   });
 
   it('a read checked before a PUT put the paste behind a password burns nothing and is refused, not handed the new content', async () => {

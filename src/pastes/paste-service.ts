@@ -51,6 +51,12 @@ export interface ReadOptions {
   consume: boolean;
   /** Who is guessing, for the throttle on wrong passwords (D13); asked only when one is checked. */
   clientAddress(): string;
+  /**
+   * False once the client that asked can no longer be answered (its connection closed while the
+   * read waited: behind password hashes, say): a view-once paste is then left for the next
+   * reader instead of burned for no one (D11: exactly one reader gets it).
+   */
+  stillWanted?(): boolean;
 }
 
 export interface Read {
@@ -234,6 +240,9 @@ export class PasteService {
     }
     if (!options.consume) return { paste, burned: false };
     if (paste.burnAfterRead) {
+      if (options.stillWanted?.() === false) {
+        throw new AppError('invalid_request', 'The connection closed before the paste was read: it is left as it was.');
+      }
       const consumed = await this.pastes.consumeBurn(id, this.clock(), paste);
       if (!consumed) {
         // Gone (another reader burned it), or changed by a PUT since it was checked (a password

@@ -957,7 +957,9 @@ export class PasteRepository {
       .returningAll()
       .executeTakeFirst();
     if (!row) return undefined;
-    await this.forgetViews(id, row.created_at);
+    // Not waited for: the one reader's content goes out now, not after another statement (on
+    // PostgreSQL a pool's wait and a round trip, while the reader may leave). It never fails.
+    void this.forgetViews(id, row.created_at);
     return toPaste(row);
   }
 
