@@ -1391,3 +1391,31 @@ describe('expired quota counters on SQLite', { skip: onPostgres ? 'SQLite only' 
     }
   });
 });
+
+describe('quota counters in PostgreSQL: a window that fails to count', {
+  skip: onPostgres ? false : 'PostgreSQL only: there each window is counted by a statement of its own',
+}, () => {
+  it('leaves the other windows uncounted too: the request is 503 and counted in none', async (t) => {
+    const server = await start(t, { env: { REDIS_URL: '' } });
+    await storeReady(server);
+    const key = await server.createKey({ hourly: 100, daily: 100, monthly: 100 });
+    const list = () => request(`${server.url}/api/v1/pastes?page=%31`, { headers: { 'x-api-key': key } });
+    const points = async () =>
+      Object.fromEntries(
+        (await server.sql<{ key: string; points: number }>('SELECT key, points FROM rate_limit_counters')).map(
+          (row) => [row.key.split(':').at(-2), Number(row.points)],
+        ),
+      );
+    assert.equal((await list()).status, 200);
+    assert.deepEqual(await points(), { hourly: 1, daily: 1, monthly: 1 });
+    // The day's counter refuses to pass 1, as a lock wait or a statement time-out would refuse it.
+    await server.sql(
+      "ALTER TABLE rate_limit_counters ADD CONSTRAINT day_held CHECK (key NOT LIKE '%:daily:%' OR points < 2)",
+    );
+    expectError(await list(), 503, 'service_unavailable');
+    assert.deepEqual(await points(), { hourly: 1, daily: 1, monthly: 1 });
+    await server.sql('ALTER TABLE rate_limit_counters DROP CONSTRAINT day_held');
+    assert.equal((await list()).status, 200);
+    assert.deepEqual(await points(), { hourly: 2, daily: 2, monthly: 2 });
+  });
+});

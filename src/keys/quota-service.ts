@@ -202,7 +202,7 @@ export class QuotaService {
     // One round trip for every window where the store can (Redis), else one per window.
     const used = this.counters.incrementAll
       ? await this.counters.incrementAll(counted)
-      : await Promise.all(counted.map(({ key, ttlSeconds }) => this.counters.increment(key, ttlSeconds)));
+      : await this.incrementEach(counted);
     const windows = counted.map(
       ({ window, key, ttlSeconds }, i): Counted =>
         Object.assign(windowState(window, limits[window.kind], used[i] as number, now), { key, ttlSeconds }),
@@ -222,6 +222,25 @@ export class QuotaService {
     }
     if (this.refused.size > 0) this.refused.delete(subject);
     return windows;
+  }
+
+  /**
+   * increment() of each window, at once. When one fails the request is answered 503 uncounted,
+   * so the windows counted are given back (best effort: a store that fails again leaves them):
+   * the hour and the month do not count a request the day did not.
+   */
+  private async incrementEach(counted: ReadonlyArray<{ key: string; ttlSeconds: number }>): Promise<number[]> {
+    const results = await Promise.allSettled(
+      counted.map(({ key, ttlSeconds }) => this.counters.increment(key, ttlSeconds)),
+    );
+    const failed = results.find((result) => result.status === 'rejected');
+    if (!failed) return results.map((result) => (result as PromiseFulfilledResult<number>).value);
+    await Promise.all(
+      counted.map(({ key, ttlSeconds }, i) =>
+        results[i]?.status === 'fulfilled' ? this.counters.decrement(key, ttlSeconds).catch(() => {}) : undefined,
+      ),
+    );
+    throw failed.reason;
   }
 
   /** Keeps a key's refusal (see knownRefused); past MAX_PLANS the ended ones go, then all. */
