@@ -116,8 +116,13 @@ function readInteger(env: Env, name: string, fallback: number, min: number, max:
 export function withoutCredentials(raw: string): string {
   // Up to the last @: a password may hold / ? # or @ unencoded (then the URL does not parse,
   // which is exactly when a message shows it); a path's own @ is left out too, which is harmless.
-  // The query is left out too when it holds a value: pg and ioredis take ?password= as well.
-  if (/^[a-z][a-z0-9+.-]*:\/\//i.test(raw)) {
+  // The query is left out too when it holds a value: pg and ioredis take ?password= as well. A ?
+  // before the last @ leaves it unknown whether that @ is in a password or in the query's (whose
+  // rest would show): then nothing after the scheme is shown.
+  const scheme = /^[a-z][a-z0-9+.-]*:\/\//i.exec(raw)?.[0];
+  if (scheme !== undefined) {
+    const question = raw.indexOf('?');
+    if (question >= 0 && question < raw.lastIndexOf('@')) return `${scheme}…`;
     return raw.replace(/^([a-z][a-z0-9+.-]*:\/\/).*@/is, '$1***@').replace(/\?.*=.*$/s, '?…');
   }
   // No scheme:// and credentials in it (a typo, postgres:/u:pw@h or redis//:pw@h, or libpq's

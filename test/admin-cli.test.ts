@@ -505,6 +505,8 @@ describe('fastpaste command', () => {
       // A password in the query string, which pg and ioredis read too, of a URL that does not parse.
       [['keys', 'list'], { DATABASE_URL: 'postgres://db.example:5432x/fp?password=s3cret-pw' }, 'DATABASE_URL'],
       [['serve'], { REDIS_URL: 'redis://cache.example:99999/?password=s3cret-pw' }, 'REDIS_URL'],
+      [['keys', 'list'], { DATABASE_URL: 'postgres://db.example:5432x/fp?password=s3cret-pw@x' }, 'DATABASE_URL'],
+      [['keys', 'list'], { DATABASE_URL: 'postgres://app:pw?s3cret-pw@db.example:5432x/fp' }, 'DATABASE_URL'],
       // An empty SQLite path would be a database in memory, every key and paste gone at exit.
       [['keys', 'list'], { DATABASE_URL: 'sqlite:' }, 'DATABASE_URL'],
     ];

@@ -86,6 +86,12 @@ function utc(ms: number): string {
 
 const sha256 = (text: string): string => createHash('sha256').update(Buffer.from(text, 'utf8')).digest('hex');
 
+/** The id of `key` (whose hashes a PUT's password takes turns as). */
+async function keyIdOf(server: TestServer, key: string): Promise<string> {
+  const [row] = await server.sql<{ id: string }>(`SELECT id FROM api_keys WHERE digest = ${sqlText(sha256(key))}`);
+  return row?.id as string;
+}
+
 interface CreatedData {
   paste_id: string;
   url: string;
@@ -470,12 +476,14 @@ describe('password-protected pastes (D7, D13)', () => {
   it('a PUT of a password whose hash waits while the paste expires is 404 and brings nothing back (D12)', async () => {
     const expiring = await createPaste(server, key, { content: 'expires under a PUT', expiry: '10m' });
     server.clock.advance(10 * 60_000 - 1);
-    const guesses = await holdHashing();
+    // The owner's own hashes ahead of the PUT's (a client's hashes wait in turn with others').
+    const ownerId = await keyIdOf(server, key);
+    const held = Array.from({ length: 16 }, (_, i) => hashPassword(`held ${i}`, ownerId));
     const update = put(server, key, expiring.paste_id, { password: 'late-pw', expiry: '1h' });
     await new Promise((resolve) => setTimeout(resolve, 40));
     server.clock.advance(1); // expires_at, while the new password's hash waits its turn
     expectError(await update, 404, 'not_found');
-    await Promise.all(guesses);
+    await Promise.all(held);
     await expectGone(server, key, expiring.paste_id);
   });
 
@@ -1120,10 +1128,7 @@ describe('PUT /api/v1/paste/{id}', () => {
     // run at a time) hold it there while the plain PUT lands. Should the machine be too slow
     // for that order, the race is run again (at most three times); it must have happened once.
     // The hashes ahead of it are the owner's own: a client's hashes wait in turn with others'.
-    const [ownerRow] = await server.sql<{ id: string }>(
-      `SELECT id FROM api_keys WHERE digest = ${sqlText(createHash('sha256').update(owner).digest('hex'))}`,
-    );
-    const ownerId = ownerRow?.id as string;
+    const ownerId = await keyIdOf(server, owner);
     let raced = 0;
     for (let attempt = 0; attempt < 3 && raced === 0; attempt++) {
       const first = await encryptForTest('secret one');

@@ -1371,6 +1371,9 @@ describe('expired quota counters on SQLite', { skip: onPostgres ? 'SQLite only' 
       }
     };
     try {
+      // The limiter's own clean-up timer is off: its failed DELETE would be a rejection nothing catches.
+      const store = (services.quota as unknown as { counters: { durable: { limiter: object } } }).counters.durable;
+      assert.equal((store.limiter as { _clearExpiredTimeoutId?: unknown })._clearExpiredTimeoutId, undefined);
       insert.run('q:two hours past', Date.now() - 2 * HOUR);
       insert.run('q:live', Date.now() + HOUR);
       await until(() => !left().includes('q:two hours past'), 'an expired counter deleted');
@@ -1417,5 +1420,33 @@ describe('quota counters in PostgreSQL: a window that fails to count', {
     await server.sql('ALTER TABLE rate_limit_counters DROP CONSTRAINT day_held');
     assert.equal((await list()).status, 200);
     assert.deepEqual(await points(), { hourly: 2, daily: 2, monthly: 2 });
+
+    // A 403 counts against nothing (D20): its count is taken back. The day's counter now refuses
+    // to go down: the request stays counted in every window, not in the day's alone.
+    const other = await server.createKey({ name: 'owner of the paste' });
+    const created = await request(`${server.url}/api/v1/paste`, {
+      method: 'POST',
+      headers: { 'x-api-key': other },
+      json: { content: 'not yours' },
+    });
+    assert.equal(created.status, 201, created.text);
+    const othersPut = () =>
+      request(`${server.url}/api/v1/paste/${created.body.data.paste_id}`, {
+        method: 'PUT',
+        headers: { 'x-api-key': key },
+        json: { content: 'mine now?' },
+      });
+    expectError(await othersPut(), 403, 'forbidden');
+    assert.deepEqual(await points(), { hourly: 2, daily: 2, monthly: 2 }, 'a 403 given back');
+    await server.sql(`CREATE FUNCTION day_only_up() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
+      IF NEW.key LIKE '%:daily:%' AND NEW.points < OLD.points THEN RAISE EXCEPTION 'held by the test'; END IF;
+      RETURN NEW; END $$`);
+    await server.sql(
+      'CREATE TRIGGER day_only_up BEFORE UPDATE ON rate_limit_counters FOR EACH ROW EXECUTE FUNCTION day_only_up()',
+    );
+    expectError(await othersPut(), 403, 'forbidden');
+    // Given back after the answer: wait for the counts to settle.
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    assert.deepEqual(await points(), { hourly: 3, daily: 3, monthly: 3 });
   });
 });

@@ -1298,12 +1298,17 @@ describe('fastpaste keys webhook / deliveries / redeliver', SQLITE_ONLY, () => {
     await waitForStatus(server, paste2, 'delivered', 5 * SECOND);
 
     // keys deliveries <key> --json: status, attempts, time and error, per delivery and attempt.
-    const [listed, unknown] = await Promise.all([
+    const [listed, unknown, mistaken] = await Promise.all([
       fastpaste(['keys', 'deliveries', key, '--json'], env),
       fastpaste(['keys', 'redeliver', 'msg_doesnotexist'], env),
+      // A key pasted where a delivery id goes is not printed whole.
+      fastpaste(['keys', 'redeliver', key], env),
     ]);
     assertOk(listed, 'keys deliveries --json');
     assert.notEqual(unknown.code, 0, 'an unknown delivery id is an error');
+    assert.equal(unknown.stderr.trim(), 'fastpaste: No webhook delivery "msg_doe…".');
+    assert.equal(mistaken.code, 1, mistaken.stderr);
+    assert.ok(!`${mistaken.stdout}${mistaken.stderr}`.includes(key.slice(7)), mistaken.stderr);
     const shown = JSON.parse(listed.stdout) as Array<{
       id: string;
       paste_id: string;

@@ -256,7 +256,11 @@ keys
   .description('send a webhook delivery again (by a running server), with a fresh back-off')
   .action(async (deliveryId: string) => {
     const outcome = await withServices((s) => s.webhooks.requeue(deliveryId, s.clock()));
-    if (outcome === 'unknown') throw new AppError('not_found', `No webhook delivery "${deliveryId}".`);
+    if (outcome === 'unknown') {
+      // Named in full only in a delivery id's shape: a key pasted here by mistake is not printed.
+      const named = /^msg_[\w-]{22}$/.test(deliveryId) ? deliveryId : `${deliveryId.slice(0, 7)}…`;
+      throw new AppError('not_found', `No webhook delivery "${named}".`);
+    }
     if (outcome === 'sending') {
       throw new AppError(
         'invalid_request',

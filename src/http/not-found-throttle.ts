@@ -17,10 +17,10 @@
  * from its next 404 on. The decision to refuse is always taken from memory.
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest, HookHandlerDoneFunction } from 'fastify';
+import { clientBucket } from '../client-address.js';
 import type { Clock } from '../clock.js';
 import { AppError } from '../errors.js';
 import type { CounterStore } from '../keys/counter-store.js';
-import { clientBucket } from './client-address.js';
 
 const WINDOW_MS = 60_000;
 

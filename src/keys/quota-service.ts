@@ -177,10 +177,20 @@ export class QuotaService {
   /**
    * Takes back the count of an admitted request, in the windows it was counted in; returns the
    * headers without it. A store that fails leaves the count made (the request is not answered
-   * for it: the caller keeps its headers).
+   * for it: the caller keeps its headers), in every window: one taken back while another failed
+   * is counted again (best effort), so the windows do not drift apart (as incrementEach).
    */
   async giveBack(receipt: QuotaReceipt): Promise<Record<string, string>> {
-    await Promise.all(receipt.windows.map((w) => this.counters.decrement(w.key, w.ttlSeconds)));
+    const results = await Promise.allSettled(receipt.windows.map((w) => this.counters.decrement(w.key, w.ttlSeconds)));
+    const failed = results.find((result) => result.status === 'rejected');
+    if (failed) {
+      await Promise.all(
+        receipt.windows.map((w, i) =>
+          results[i]?.status === 'fulfilled' ? this.counters.increment(w.key, w.ttlSeconds).catch(() => {}) : undefined,
+        ),
+      );
+      throw failed.reason;
+    }
     return quotaHeaders(
       receipt.windows.map((w) =>
         Object.assign({}, w, { used: w.used - 1, remaining: Math.max(0, w.limit - (w.used - 1)) }),

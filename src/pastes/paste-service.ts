@@ -6,6 +6,7 @@
 import { hash } from 'node:crypto';
 import { performance as perfHooks } from 'node:perf_hooks';
 import { RateLimiterMemory, RateLimiterRes } from 'rate-limiter-flexible';
+import { clientBucket } from '../client-address.js';
 import type { Clock } from '../clock.js';
 import { AppError, notFound } from '../errors.js';
 import type { ApiKey } from '../keys/key-service.js';
@@ -133,7 +134,7 @@ export class PasteService {
     // The password is hashed first: the hash may wait behind others (two at a time), and the
     // paste's time (created_at, expires_at) is the time it is made, not before that wait.
     const passwordHash = input.password
-      ? await hashPassword(input.password, context.owner?.id ?? context.ip ?? '')
+      ? await hashPassword(input.password, context.owner?.id ?? clientBucket(context.ip ?? ''))
       : null;
     const now = this.clock();
     const filename = context.filename ?? null;

@@ -5,9 +5,9 @@
  */
 import type { IncomingMessage } from 'node:http';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { clientBucket } from '../../client-address.js';
 import type { ApiKey, KeyService } from '../../keys/key-service.js';
 import { keySubject, type QuotaReceipt, type QuotaService } from '../../keys/quota-service.js';
-import { clientBucket } from '../client-address.js';
 
 declare module 'fastify' {
   interface FastifyRequest {

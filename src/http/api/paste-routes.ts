@@ -1,5 +1,6 @@
 /** The JSON API of pastes: create, read, raw, update, delete, list (api-v1.md, Endpoints). */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { clientBucket } from '../../client-address.js';
 import { AppError, invalidRequest, notFound } from '../../errors.js';
 import type { ApiKey, KeyService } from '../../keys/key-service.js';
 import type { QuotaService } from '../../keys/quota-service.js';
@@ -15,7 +16,6 @@ import {
 import type { PastePresenter } from '../../pastes/paste-presenter.js';
 import type { Created, PasteService } from '../../pastes/paste-service.js';
 import { decodeTextFile, isAllowedExtension, isTextualMimeType, safeFilename } from '../../pastes/uploads.js';
-import { clientBucket } from '../client-address.js';
 import { declaredLengthGuard, readMultipartForm, UrlEncodedBody } from '../request-bodies.js';
 import { TEXT_CONTENT_SECURITY_POLICY } from '../security-headers.js';
 import { callerKey, requireApiKey } from './authentication.js';
