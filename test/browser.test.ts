@@ -469,6 +469,69 @@ describe('pages in a real browser', {
     assert.equal((await request(`${server.url}/raw/${id}`)).status, 404);
   });
 
+  it('a view-once paste: a second click on the confirmation before its answer sends nothing more, and the page shows the paste', async () => {
+    const secretWord = token('double-click');
+    const content = `${secretWord}\nshown once\n`;
+    const id = await createPaste(server, apiKey, { content, burn: true, language: 'plaintext' });
+    const { page, seen } = await openPage();
+    let posts = 0;
+    page.on('request', (req) => {
+      if (req.method() === 'POST' && req.url().startsWith(`${server.url}/view/${id}`)) posts++;
+    });
+    // The answer held back, as on a slow connection, so that the second click comes before it.
+    await page.route(`${server.url}/view/${id}`, async (route) => {
+      if (route.request().method() !== 'POST') return route.continue();
+      const response = await route.fetch();
+      await new Promise((resolve) => setTimeout(resolve, 400));
+      await route.fulfill({ response }).catch(() => {}); // a navigation the browser dropped
+    });
+    assert.equal((await page.goto(`${server.url}/view/${id}`))?.status(), 200);
+    await page.evaluate(() => {
+      const button = document.querySelector('#gate-form button') as HTMLButtonElement;
+      button.click();
+      setTimeout(() => button.click(), 100);
+    });
+    await page.waitForSelector('main pre code', { timeout: 5_000 });
+    assert.equal(await page.textContent('main pre code'), content);
+    assert.equal(posts, 1);
+    assert.equal(await rowCount(id), 0);
+    assert.deepEqual([...seen.problems, ...seen.violations], []);
+  });
+
+  it('an E2E paste keeps a leading BOM when decrypted, as a plain paste keeps it', async () => {
+    const plaintext = '\uFEFFstarts with a byte order mark\n';
+    const { id, key } = await encryptedPaste(plaintext);
+    const { page, seen } = await openPage();
+    assert.equal((await page.goto(`${server.url}/view/${id}#${key}`))?.status(), 200);
+    assert.equal(await decrypted(page), plaintext);
+    assert.deepEqual([...seen.problems, ...seen.violations], []);
+  });
+
+  it('the home page form neither encrypts nor sends what D6 refuses: under 3 characters, or only white space', async () => {
+    const { page, seen } = await openPage();
+    const home = new URL(server.url);
+    home.hostname = 'localhost';
+    await page.goto(`${home.origin}/`);
+    await page.check('#encrypt');
+    for (const content of ['   ', 'ab', ' \n\t\u00a0 ']) {
+      await page.evaluate(() => {
+        (document.getElementById('create-status') as HTMLElement).textContent = '';
+      });
+      await page.fill('#content', content);
+      await page.click('button[type="submit"]');
+      await page.waitForFunction(() => document.getElementById('create-status')?.textContent !== '');
+      assert.equal(
+        await page.textContent('#create-status'),
+        'The content must be at least 3 characters and not only white space.',
+        JSON.stringify(content),
+      );
+      assert.equal(new URL(page.url()).pathname, '/');
+    }
+    const sent = (await Promise.all(seen.requests)).filter((req) => req.body !== null && req.body !== undefined);
+    assert.deepEqual(sent, [], 'a request with a body was sent');
+    assert.deepEqual([...seen.problems, ...seen.violations], []);
+  });
+
   it('a view-once E2E paste: the confirmation keeps the #fragment, so the page decrypts at once', async () => {
     const secretWord = token('view-once-e2e');
     const { id, key } = await encryptedPaste(`${secretWord} once`, { burn: true });

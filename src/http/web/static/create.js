@@ -23,11 +23,18 @@
   };
   const toBase64Url = (bytes) => toBase64(bytes).replace(/\+/g, '-').replace(/\//g, '_').replace(/=+$/, '');
 
+  // D6, which the server cannot check on ciphertext: at least 3 characters, not only white space.
+  const tooShort = (text) => [...text].length < 3 || /^[\s\p{White_Space}]*$/u.test(text);
+
   let sending = false;
   form.addEventListener('submit', async (event) => {
     if (!encrypt.checked) return;
     event.preventDefault();
     if (sending) return;
+    if (tooShort(form.elements.content.value)) {
+      status.textContent = 'The content must be at least 3 characters and not only white space.';
+      return;
+    }
     sending = true;
     button.disabled = true;
     status.textContent = 'Encrypting in your browser…';

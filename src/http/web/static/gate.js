@@ -6,7 +6,19 @@
   const form = document.getElementById('gate-form');
   if (!form) return;
   const action = form.getAttribute('action');
-  form.addEventListener('submit', () => {
+  // Sent once: a second submit (a double click) while the first answer is on its way would have
+  // the browser drop that answer for the second's, and a view-once paste's one showing with it.
+  let sent = false;
+  form.addEventListener('submit', (event) => {
+    if (sent) {
+      event.preventDefault();
+      return;
+    }
+    sent = true;
     form.setAttribute('action', action + location.hash);
+  });
+  // A page come back to from the history (the back button) may send its form again.
+  window.addEventListener('pageshow', (event) => {
+    if (event.persisted) sent = false;
   });
 })();

@@ -53,7 +53,8 @@
     if (raw.length !== 32) throw new WrongKeyLength();
     const key = await crypto.subtle.importKey('raw', raw, 'AES-GCM', false, ['decrypt']);
     const plain = await crypto.subtle.decrypt({ name: 'AES-GCM', iv: fromBase64(parts[1]) }, key, fromBase64(parts[2]));
-    return new TextDecoder().decode(plain);
+    // The BOM kept, as the server keeps a plain paste's: the text is what was encrypted.
+    return new TextDecoder('utf-8', { ignoreBOM: true }).decode(plain);
   }
 
   let highlighter = null;
