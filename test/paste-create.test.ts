@@ -1264,6 +1264,8 @@ describe('POST /api/v1/paste: multipart uploads (D17)', () => {
     ['notes.org', 'application/vnd.lotus-organizer'],
     ['app.ts', 'video/mp2t'],
     ['query.sql', 'application/x-sql'],
+    ['data.csv', 'application/vnd.ms-excel'],
+    ['count.awk', 'application/x-awk'],
   ] as const) {
     it(`${filename} declared as ${type}, the type the MIME tables give it, is accepted`, async () => {
       const r = await upload(server, key, fileForm('plain words here\n', filename, type));

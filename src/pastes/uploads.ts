@@ -140,7 +140,8 @@ const TEXTUAL_APPLICATION_TYPES = new Set([
 
 /**
  * Types that the common MIME tables (Debian's /etc/mime.types, which Python's `mimetypes` and so
- * `requests` and `httpx` read; mime-db, which Node's `form-data` and so axios read) give an
+ * `requests` and `httpx` read; mime-db, which Node's `form-data` and so axios read; Windows'
+ * registry; shared-mime-info) give an
  * allowed extension although their names do not say text: a client that declares what its
  * platform knows the file as is not refused for it. Taken only with that extension (a Lotus
  * Organizer file named `.txt` is not an Org file, an MPEG stream named `.txt` not TypeScript).
@@ -151,6 +152,10 @@ const TABLE_TYPES_OF_EXTENSION: Record<string, string> = {
   '.bat': 'application/x-msdos-program',
   '.org': 'application/vnd.lotus-organizer',
   '.ts': 'video/mp2t',
+  // Windows' registry with Office installed (browsers and Python's mimetypes read it there).
+  '.csv': 'application/vnd.ms-excel',
+  // freedesktop.org's shared-mime-info, which Linux desktops' file pickers read.
+  '.awk': 'application/x-awk',
 };
 
 /**
