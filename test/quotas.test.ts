@@ -784,6 +784,22 @@ describe('anonymous content check (400 content_rejected)', () => {
     assert.equal(await countPastes(server), 0);
   });
 
+  it("text is not taken for binary data: a U+FFFD sent as UTF-8, a terminal's colours (ESC)", async (t) => {
+    const server = await checkedServer(t);
+    for (const body of [
+      'caf\u00e9 \ufffd au lait, as a log wrote it\n',
+      '\u001b[31mred\u001b[0m \u001b[1;32mgreen\u001b[0m\n',
+    ]) {
+      const created = await quickCreate(server, { body });
+      assertStatus(created, 201, JSON.stringify(body));
+      const id = (created.text.trim().split('/').at(-1) as string).trim();
+      assert.equal((await request(`${server.url}/raw/${id}`)).text, body);
+    }
+    // Mostly control characters is still binary, U+FFFD among them.
+    const controls = '\u0001\u0002\u0003\ufffd\u0004\u0005'.repeat(20);
+    expectError(await quickCreate(server, { body: `text ${controls}` }), 400, 'content_rejected');
+  });
+
   it('content matching an administrator pattern is refused, case-insensitively; comment lines are not patterns', async (t) => {
     const server = await checkedServer(t);
     expectError(await quickCreate(server, { body: 'Hello!\nBUY   Cheap\tPILLS here\n' }), 400, 'content_rejected');

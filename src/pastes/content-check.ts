@@ -63,12 +63,17 @@ export class ContentChecker {
   }
 }
 
+/**
+ * A NUL, or too large a share of control characters and U+FFFD (what a decoder leaves of bytes
+ * that are not UTF-8: the body's bytes were strictly UTF-8, so these were sent as such). Not ESC,
+ * which colours a terminal's output (`ls --color | curl`), nor tab, LF and CR.
+ */
 function looksBinary(content: string): boolean {
   let controls = 0;
   for (let i = 0; i < content.length; i++) {
     const c = content.charCodeAt(i);
-    if (c === 0 || c === 0xfffd) return true;
-    if ((c < 32 && c !== 9 && c !== 10 && c !== 13) || c === 127) controls++;
+    if (c === 0) return true;
+    if ((c < 32 && c !== 9 && c !== 10 && c !== 13 && c !== 27) || c === 127 || c === 0xfffd) controls++;
   }
   return controls > content.length * BINARY_CONTROL_SHARE;
 }
