@@ -868,6 +868,30 @@ describe('webhook worker load', SQLITE_ONLY, () => {
     assert.deepEqual(new Set(receiver.received.map((r) => payloadOf(r).paste_id)), new Set(ids));
   });
 
+  it("one key's slow receiver does not keep another key's deliveries behind all of its backlog", async (t) => {
+    const server = await start(t, { WEBHOOK_CONCURRENCY: '2' });
+    const slow = await startReceiver(t, (_req, res) => {
+      setTimeout(() => {
+        res.writeHead(200);
+        res.end('ok');
+      }, 1500);
+    });
+    const quick = await startReceiver(t);
+    const slowKey = await hookKey(server, slow.url, 'slow receiver');
+    const quickKey = await hookKey(server, quick.url, 'quick receiver');
+    for (let i = 0; i < 8; i++) await createPaste(server, slowKey.key, { content: `a slow backlog ${i}` });
+    await slow.waitFor(2, 5 * SECOND);
+    const created = Date.now();
+    const id = await createPaste(server, quickKey.key, { content: 'announced after the backlog' });
+    await quick.waitFor(1, 15 * SECOND);
+    const waited = (quick.received[0] as Received).at - created;
+    assert.equal(payloadOf(quick.received[0] as Received).paste_id, id);
+    // About one slow attempt (1.5 s), not the backlog's four rounds of two.
+    assert.ok(waited < 3500, `the other key's delivery came ${waited} ms after its paste`);
+    assert.ok(slow.received.length < 6, `${slow.received.length} of the backlog sent before it`);
+    assert.equal(slow.maxOpen, 2, 'a key alone still takes every slot');
+  });
+
   it('a dead receiver and a hanging one do not slow paste creation', async (t) => {
     const server = await start(t, { WEBHOOK_TIMEOUT_MS: '3000' });
     const hanging = await startReceiver(t, () => {

@@ -30,8 +30,17 @@ export class WebhookRepository {
     await trx.insertInto('webhook_deliveries').values(row).execute();
   }
 
-  /** Claims up to `limit` due deliveries for `workerId` until `leaseUntil`. */
-  async claimDue(now: number, limit: number, workerId: string, leaseUntil: number): Promise<DeliveryRow[]> {
+  /**
+   * Claims up to `limit` due deliveries for `workerId` until `leaseUntil`, oldest first, none of
+   * the keys in `exceptKeys`.
+   */
+  async claimDue(
+    now: number,
+    limit: number,
+    workerId: string,
+    leaseUntil: number,
+    exceptKeys: readonly string[] = [],
+  ): Promise<DeliveryRow[]> {
     const pg = this.dialect === 'postgres';
     return this.db
       .updateTable('webhook_deliveries')
@@ -43,6 +52,7 @@ export class WebhookRepository {
           .where('status', '=', 'pending')
           .where('next_attempt_at', '<=', now)
           .where((w) => w.or([w('locked_until', 'is', null), w('locked_until', '<', now)]))
+          .$if(exceptKeys.length > 0, (q) => q.where('key_id', 'not in', exceptKeys))
           .orderBy('next_attempt_at')
           .limit(limit)
           .$if(pg, (q) => q.forUpdate().skipLocked()),

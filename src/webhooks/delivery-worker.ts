@@ -34,6 +34,8 @@ interface Logger {
 export class DeliveryWorker {
   readonly id = `w_${randomBytes(8).toString('hex')}`;
   private readonly inFlight = new Set<Promise<void>>();
+  /** The attempts in flight by key (claimFairly). */
+  private readonly keysInFlight = new Map<string, number>();
   /** Deliveries claimed whose claim was not settled by their attempt (running, or failed). */
   private claimsHeld = 0;
   private timer: NodeJS.Timeout | null = null;
@@ -115,12 +117,11 @@ export class DeliveryWorker {
         this.pollAgain = false;
         const room = this.options.concurrency - this.inFlight.size;
         if (room <= 0 || !this.running) break;
-        const now = this.clock();
-        const claimed = await this.repository.claimDue(now, room, this.id, now + this.options.timeoutMs + 15_000);
+        const claimed = await this.claimFairly(room);
         this.claimsHeld += claimed.length;
         // Claimed as the worker was being stopped: given back by stop(), not attempted now.
         if (!this.running) break;
-        for (const delivery of claimed) this.track(this.attempt(delivery));
+        for (const delivery of claimed) this.track(this.attempt(delivery), delivery.key_id);
         if (claimed.length === room) this.pollAgain = true;
       } while (this.pollAgain && this.running);
     } catch (err) {
@@ -132,10 +133,43 @@ export class DeliveryWorker {
     }
   }
 
-  private track(task: Promise<void>): void {
+  /**
+   * Up to `room` due deliveries: first one at a time from keys with none in flight here (nor
+   * claimed by this poll), then, with room left, any, oldest first. So one key's slow receiver or
+   * long backlog does not keep every other key's deliveries behind all of its own: another key's
+   * waits at most until one of its attempts ends (WEBHOOK_TIMEOUT_MS), and a key alone still
+   * takes every slot. A claim that fails after others succeeded ends the claiming with those.
+   */
+  private async claimFairly(room: number): Promise<DeliveryRow[]> {
+    const now = this.clock();
+    const leaseUntil = now + this.options.timeoutMs + 15_000;
+    const busy = new Set(this.keysInFlight.keys());
+    const claimed: DeliveryRow[] = [];
+    try {
+      while (claimed.length < room) {
+        const [next] = await this.repository.claimDue(now, 1, this.id, leaseUntil, [...busy]);
+        if (!next) break;
+        claimed.push(next);
+        busy.add(next.key_id);
+      }
+      if (claimed.length < room) {
+        claimed.push(...(await this.repository.claimDue(now, room - claimed.length, this.id, leaseUntil)));
+      }
+    } catch (err) {
+      if (claimed.length === 0) throw err;
+      this.log.error({ err }, 'webhook outbox poll failed');
+    }
+    return claimed;
+  }
+
+  private track(task: Promise<void>, keyId: string): void {
     this.inFlight.add(task);
+    this.keysInFlight.set(keyId, (this.keysInFlight.get(keyId) ?? 0) + 1);
     void task.finally(() => {
       this.inFlight.delete(task);
+      const left = (this.keysInFlight.get(keyId) ?? 1) - 1;
+      if (left > 0) this.keysInFlight.set(keyId, left);
+      else this.keysInFlight.delete(keyId);
       // A slot is free: there may be more due.
       this.wake();
     });
