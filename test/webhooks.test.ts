@@ -116,6 +116,16 @@ const answer200: Handler = (_req, res) => {
   res.end('ok');
 };
 
+/** A receiver that answers 200 `ms` after the request. */
+const answer200After =
+  (ms: number): Handler =>
+  (_req, res) => {
+    setTimeout(() => {
+      res.writeHead(200);
+      res.end('ok');
+    }, ms);
+  };
+
 interface Receiver {
   port: number;
   url: string;
@@ -853,12 +863,7 @@ describe('retry schedule and settings', () => {
 describe('webhook worker load', SQLITE_ONLY, () => {
   it('with WEBHOOK_CONCURRENCY=2, at most two requests are open at once while six deliveries drain', async (t) => {
     const server = await start(t, { WEBHOOK_CONCURRENCY: '2' });
-    const receiver = await startReceiver(t, (_req, res) => {
-      setTimeout(() => {
-        res.writeHead(200);
-        res.end('ok');
-      }, 500);
-    });
+    const receiver = await startReceiver(t, answer200After(500));
     const hook = await hookKey(server, receiver.url);
     const ids: string[] = [];
     for (let i = 0; i < 6; i++) ids.push(await createPaste(server, hook.key, { content: `concurrency paste ${i}` }));
@@ -870,12 +875,7 @@ describe('webhook worker load', SQLITE_ONLY, () => {
 
   it("one key's slow receiver does not keep another key's deliveries behind all of its backlog", async (t) => {
     const server = await start(t, { WEBHOOK_CONCURRENCY: '2' });
-    const slow = await startReceiver(t, (_req, res) => {
-      setTimeout(() => {
-        res.writeHead(200);
-        res.end('ok');
-      }, 1500);
-    });
+    const slow = await startReceiver(t, answer200After(1500));
     const quick = await startReceiver(t);
     const slowKey = await hookKey(server, slow.url, 'slow receiver');
     const quickKey = await hookKey(server, quick.url, 'quick receiver');
