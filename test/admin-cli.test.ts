@@ -288,6 +288,8 @@ describe('fastpaste command', () => {
     assert.equal(item.hourly_limit, 5);
     assert.equal(item.daily_limit, 6);
     assert.equal(item.monthly_limit, 7);
+    assert.equal(item.webhook_url, null);
+    assert.equal(item.webhook_active, null);
     assert.ok(!('key' in item) && !('digest' in item), JSON.stringify(item));
   });
 

@@ -760,6 +760,16 @@ describe('webhook delivery attempts (D21)', SQLITE_ONLY, () => {
     const gone = await waitForStatus(server, first, 'gone', 5 * SECOND);
     assert.equal(gone.last_status_code, 410);
     assert.equal(keyRow(server.databasePath, hook.id).webhook_active, 0, 'api_keys.webhook_active is 0');
+    // The administrator sees it turned off.
+    const env = { DATABASE_URL: `sqlite:${server.databasePath}` };
+    const [listed, text] = await Promise.all([
+      fastpaste(['keys', 'list', '--json'], env),
+      fastpaste(['keys', 'list'], env),
+    ]);
+    const item = (JSON.parse(listed.stdout) as Array<Record<string, unknown>>).find((k) => k.id === hook.id);
+    assert.equal(item?.webhook_url, receiver.url);
+    assert.equal(item?.webhook_active, false);
+    assert.match(text.stdout, /webhook off: its receiver answered 410/);
 
     const second = await createPaste(server, hook.key);
     await sleep(2000);

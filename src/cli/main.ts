@@ -56,6 +56,8 @@ function describeKey(key: ApiKey): Record<string, unknown> {
     daily_limit: key.limits.daily,
     monthly_limit: key.limits.monthly,
     webhook_url: key.webhookUrl,
+    // False once a receiver's 410 turned the webhook off (keys webhook sets it again); null without one.
+    webhook_active: key.webhookUrl ? key.webhookActive : null,
     created_at: formatTimestamp(key.createdAt),
   };
 }
@@ -123,7 +125,8 @@ keys
     if (list.length === 0) console.log('No API keys yet: fastpaste keys create --name NAME');
     for (const key of list) {
       const limits = `${key.limits.hourly}/h ${key.limits.daily}/d ${key.limits.monthly}/month`;
-      console.log(`${key.id}  ${key.active ? 'active  ' : 'inactive'}  ${limits}  ${key.name}`);
+      const hook = key.webhookUrl && !key.webhookActive ? '  (webhook off: its receiver answered 410)' : '';
+      console.log(`${key.id}  ${key.active ? 'active  ' : 'inactive'}  ${limits}  ${key.name}${hook}`);
     }
   });
 
