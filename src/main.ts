@@ -73,5 +73,14 @@ export async function serve(config: Config): Promise<void> {
   process.on('SIGTERM', () => void shutdown('SIGTERM'));
   process.on('SIGINT', () => void shutdown('SIGINT'));
 
-  await app.listen({ port: config.port, host: config.host });
+  try {
+    await app.listen({ port: config.port, host: config.host });
+  } catch (err) {
+    // The address refused (a name that does not resolve, an address not this machine's, a port
+    // in use): the one line names the settings that chose it (D2).
+    const code = (err as { code?: unknown }).code;
+    if (typeof code !== 'string') throw err;
+    const why = (err as Error).message || code;
+    throw Object.assign(new Error(`cannot listen on HOST ${config.host}, PORT ${config.port}: ${why}`), { code });
+  }
 }

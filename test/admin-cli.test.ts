@@ -540,7 +540,22 @@ describe('fastpaste command', () => {
     const port = String((holder.address() as net.AddressInfo).port);
     try {
       const cases: Array<[string[], Record<string, string>, RegExp]> = [
-        [['serve'], { PORT: port, DATABASE_URL: `sqlite:${join(dir, 'port-taken.db')}` }, /EADDRINUSE/],
+        [
+          ['serve'],
+          { PORT: port, DATABASE_URL: `sqlite:${join(dir, 'port-taken.db')}` },
+          /HOST 127\.0\.0\.1, PORT \d+: .*EADDRINUSE/,
+        ],
+        // A name that does not resolve, an address not this machine's: named as HOST's.
+        [
+          ['serve'],
+          { HOST: 'fastpaste-typo.invalid', PORT: '0', DATABASE_URL: `sqlite:${join(dir, 'no-host.db')}` },
+          /^fastpaste: cannot listen on HOST fastpaste-typo\.invalid, PORT 0: .*(ENOTFOUND|EAI_AGAIN)/,
+        ],
+        [
+          ['serve'],
+          { HOST: '192.0.2.1', PORT: '0', DATABASE_URL: `sqlite:${join(dir, 'other-host.db')}` },
+          /^fastpaste: cannot listen on HOST 192\.0\.2\.1, PORT 0: .*EADDRNOTAVAIL/,
+        ],
         [['keys', 'list'], { PORT: '0', DATABASE_URL: 'postgres://nobody@127.0.0.1:1/none' }, /ECONNREFUSED/],
         // SQLite refusing its file (here a directory): named as DATABASE_URL's.
         [['keys', 'list'], { PORT: '0', DATABASE_URL: `sqlite:${dir}` }, /^fastpaste: DATABASE_URL: .*SQLITE_CANTOPEN/],
