@@ -1266,6 +1266,7 @@ describe('POST /api/v1/paste: multipart uploads (D17)', () => {
     ['query.sql', 'application/x-sql'],
     ['data.csv', 'application/vnd.ms-excel'],
     ['count.awk', 'application/x-awk'],
+    ['types.ts', 'video/vnd.dlna.mpeg-tts'],
   ] as const) {
     it(`${filename} declared as ${type}, the type the MIME tables give it, is accepted`, async () => {
       const r = await upload(server, key, fileForm('plain words here\n', filename, type));

@@ -148,14 +148,15 @@ const TEXTUAL_APPLICATION_TYPES = new Set([
  * mime-db's `.bat` type, application/x-msdownload, is not among them: it is the type of `.exe`
  * and `.dll`, refused whatever the name.
  */
-const TABLE_TYPES_OF_EXTENSION: Record<string, string> = {
-  '.bat': 'application/x-msdos-program',
-  '.org': 'application/vnd.lotus-organizer',
-  '.ts': 'video/mp2t',
+const TABLE_TYPES_OF_EXTENSION: Record<string, readonly string[]> = {
+  '.bat': ['application/x-msdos-program'],
+  '.org': ['application/vnd.lotus-organizer'],
+  // Windows' registry gives .ts video/vnd.dlna.mpeg-tts (Chrome and Edge send it there).
+  '.ts': ['video/mp2t', 'video/vnd.dlna.mpeg-tts'],
   // Windows' registry with Office installed (browsers and Python's mimetypes read it there).
-  '.csv': 'application/vnd.ms-excel',
+  '.csv': ['application/vnd.ms-excel'],
   // freedesktop.org's shared-mime-info, which Linux desktops' file pickers read.
-  '.awk': 'application/x-awk',
+  '.awk': ['application/x-awk'],
 };
 
 /**
@@ -166,7 +167,7 @@ export function isTextualMimeType(mimeType: string, filename = ''): boolean {
   const type = mimeType.split(';')[0]?.trim().toLowerCase() ?? '';
   if (type.startsWith('text/')) return true;
   if (TEXTUAL_APPLICATION_TYPES.has(type)) return true;
-  if (filename !== '' && TABLE_TYPES_OF_EXTENSION[extensionOf(filename)] === type) return true;
+  if (filename !== '' && TABLE_TYPES_OF_EXTENSION[extensionOf(filename)]?.includes(type)) return true;
   return /^application\/[a-z0-9.-]+\+(json|xml|yaml)$/.test(type);
 }
 

@@ -42,21 +42,25 @@ export class WebhookRepository {
     exceptKeys: readonly string[] = [],
   ): Promise<DeliveryRow[]> {
     const pg = this.dialect === 'postgres';
+    const due = this.db
+      .selectFrom('webhook_deliveries')
+      .select('id')
+      .where('status', '=', 'pending')
+      .where('next_attempt_at', '<=', now)
+      .where((w) => w.or([w('locked_until', 'is', null), w('locked_until', '<', now)]))
+      .$if(exceptKeys.length > 0, (q) => q.where('key_id', 'not in', exceptKeys))
+      .orderBy('next_attempt_at')
+      .limit(limit);
+    // On SQLite the ids first, then their rows by the primary key: as one statement SQLite read
+    // every pending row to match it against the ids (10 ms at 50,000 retries waiting, on the
+    // event loop). The update checks again that each is still free (the admin command may have
+    // requeued one in between).
+    const ids = pg ? null : (await due.execute()).map((row) => row.id);
+    if (ids?.length === 0) return [];
     return this.db
       .updateTable('webhook_deliveries')
       .set({ locked_until: leaseUntil, locked_by: workerId })
-      .where('id', 'in', (eb) =>
-        eb
-          .selectFrom('webhook_deliveries')
-          .select('id')
-          .where('status', '=', 'pending')
-          .where('next_attempt_at', '<=', now)
-          .where((w) => w.or([w('locked_until', 'is', null), w('locked_until', '<', now)]))
-          .$if(exceptKeys.length > 0, (q) => q.where('key_id', 'not in', exceptKeys))
-          .orderBy('next_attempt_at')
-          .limit(limit)
-          .$if(pg, (q) => q.forUpdate().skipLocked()),
-      )
+      .where('id', 'in', ids ?? due.forUpdate().skipLocked())
       .where('status', '=', 'pending')
       .where((w) => w.or([w('locked_until', 'is', null), w('locked_until', '<', now)]))
       .returningAll()

@@ -135,10 +135,11 @@ export class DeliveryWorker {
 
   /**
    * Up to `room` due deliveries: first one at a time from keys with none in flight here (nor
-   * claimed by this poll), then, with room left, any, oldest first. So one key's slow receiver or
-   * long backlog does not keep every other key's deliveries behind all of its own: another key's
-   * waits at most until one of its attempts ends (WEBHOOK_TIMEOUT_MS), and a key alone still
-   * takes every slot. A claim that fails after others succeeded ends the claiming with those.
+   * claimed by this poll: a key whose attempts all ended at once is not taken again for every
+   * slot), then, with room left, any, oldest first. So one key's slow receiver or long backlog
+   * does not keep every other key's deliveries behind all of its own: another key's waits at
+   * most until one of its attempts ends (WEBHOOK_TIMEOUT_MS), and a key alone still takes every
+   * slot. An idle poll is one query. A claim that fails after others ends the claiming with them.
    */
   private async claimFairly(room: number): Promise<DeliveryRow[]> {
     const now = this.clock();
@@ -146,13 +147,13 @@ export class DeliveryWorker {
     const busy = new Set(this.keysInFlight.keys());
     const claimed: DeliveryRow[] = [];
     try {
-      while (claimed.length < room) {
+      while (claimed.length < room && this.running) {
         const [next] = await this.repository.claimDue(now, 1, this.id, leaseUntil, [...busy]);
         if (!next) break;
         claimed.push(next);
         busy.add(next.key_id);
       }
-      if (claimed.length < room) {
+      if (claimed.length < room && busy.size > 0 && this.running) {
         claimed.push(...(await this.repository.claimDue(now, room - claimed.length, this.id, leaseUntil)));
       }
     } catch (err) {

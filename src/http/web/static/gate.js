@@ -15,6 +15,10 @@
       return;
     }
     sent = true;
+    // Free again after a while: a reader who stopped the page's loading (Esc) may send it again.
+    setTimeout(() => {
+      sent = false;
+    }, 5000);
     form.setAttribute('action', action + location.hash);
   });
   // A page come back to from the history (the back button) may send its form again.
