@@ -79,10 +79,15 @@ export async function serve(config: Config): Promise<void> {
     // The address refused (a name that does not resolve, an address not this machine's, a port
     // in use): the one line names the settings that chose it (D2).
     // What was started is stopped first: the webhook worker's claims given back, not left to
-    // their lease while this process exits.
-    clearInterval(sweeper);
-    await services.close().catch(() => {});
-    await storage.close().catch(() => {});
+    // their lease while this process exits. Unless a signal's shutdown is already doing it; one
+    // coming now finds it done.
+    const shuttingDown = closing;
+    closing = true;
+    if (!shuttingDown) {
+      clearInterval(sweeper);
+      await services.close().catch(() => {});
+      await storage.close().catch(() => {});
+    }
     const code = (err as { code?: unknown }).code;
     if (typeof code !== 'string') throw err;
     const why = (err as Error).message || code;
