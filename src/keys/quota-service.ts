@@ -145,6 +145,24 @@ interface SubjectPlan {
 /** Subjects whose plans are kept; past it the plans are dropped and made again as needed. */
 const MAX_PLANS = 10_000;
 
+/**
+ * `change` of each window's counter, at once. When one fails (the request is answered 503 for
+ * it), `undo` of those it was made in (best effort: a store that fails again leaves them) and the
+ * failure thrown: the hour and the month do not count a request the day did not, nor the other
+ * way round.
+ */
+async function inEveryWindowOrNone<W, T>(
+  windows: readonly W[],
+  change: (w: W) => Promise<T>,
+  undo: (w: W) => Promise<unknown>,
+): Promise<T[]> {
+  const results = await Promise.allSettled(windows.map(change));
+  const failed = results.find((result) => result.status === 'rejected');
+  if (!failed) return results.map((result) => (result as PromiseFulfilledResult<T>).value);
+  await Promise.all(windows.map((w, i) => (results[i]?.status === 'fulfilled' ? undo(w).catch(() => {}) : undefined)));
+  throw failed.reason;
+}
+
 export class QuotaService {
   private readonly plans = new Map<string, SubjectPlan>();
   /** Keys whose last count here was refused, and when the windows that refused them end (ms). */
@@ -178,19 +196,14 @@ export class QuotaService {
    * Takes back the count of an admitted request, in the windows it was counted in; returns the
    * headers without it. A store that fails leaves the count made (the request is not answered
    * for it: the caller keeps its headers), in every window: one taken back while another failed
-   * is counted again (best effort), so the windows do not drift apart (as incrementEach).
+   * is counted again (inEveryWindowOrNone).
    */
   async giveBack(receipt: QuotaReceipt): Promise<Record<string, string>> {
-    const results = await Promise.allSettled(receipt.windows.map((w) => this.counters.decrement(w.key, w.ttlSeconds)));
-    const failed = results.find((result) => result.status === 'rejected');
-    if (failed) {
-      await Promise.all(
-        receipt.windows.map((w, i) =>
-          results[i]?.status === 'fulfilled' ? this.counters.increment(w.key, w.ttlSeconds).catch(() => {}) : undefined,
-        ),
-      );
-      throw failed.reason;
-    }
+    await inEveryWindowOrNone(
+      receipt.windows,
+      (w) => this.counters.decrement(w.key, w.ttlSeconds),
+      (w) => this.counters.increment(w.key, w.ttlSeconds),
+    );
     return quotaHeaders(
       receipt.windows.map((w) =>
         Object.assign({}, w, { used: w.used - 1, remaining: Math.max(0, w.limit - (w.used - 1)) }),
@@ -212,7 +225,11 @@ export class QuotaService {
     // One round trip for every window where the store can (Redis), else one per window.
     const used = this.counters.incrementAll
       ? await this.counters.incrementAll(counted)
-      : await this.incrementEach(counted);
+      : await inEveryWindowOrNone(
+          counted,
+          (w) => this.counters.increment(w.key, w.ttlSeconds),
+          (w) => this.counters.decrement(w.key, w.ttlSeconds),
+        );
     const windows = counted.map(
       ({ window, key, ttlSeconds }, i): Counted =>
         Object.assign(windowState(window, limits[window.kind], used[i] as number, now), { key, ttlSeconds }),
@@ -232,25 +249,6 @@ export class QuotaService {
     }
     if (this.refused.size > 0) this.refused.delete(subject);
     return windows;
-  }
-
-  /**
-   * increment() of each window, at once. When one fails the request is answered 503 uncounted,
-   * so the windows counted are given back (best effort: a store that fails again leaves them):
-   * the hour and the month do not count a request the day did not.
-   */
-  private async incrementEach(counted: ReadonlyArray<{ key: string; ttlSeconds: number }>): Promise<number[]> {
-    const results = await Promise.allSettled(
-      counted.map(({ key, ttlSeconds }) => this.counters.increment(key, ttlSeconds)),
-    );
-    const failed = results.find((result) => result.status === 'rejected');
-    if (!failed) return results.map((result) => (result as PromiseFulfilledResult<number>).value);
-    await Promise.all(
-      counted.map(({ key, ttlSeconds }, i) =>
-        results[i]?.status === 'fulfilled' ? this.counters.decrement(key, ttlSeconds).catch(() => {}) : undefined,
-      ),
-    );
-    throw failed.reason;
   }
 
   /** Keeps a key's refusal (see knownRefused); past MAX_PLANS the ended ones go, then all. */

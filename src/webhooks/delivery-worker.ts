@@ -157,8 +157,9 @@ export class DeliveryWorker {
     const leaseUntil = now + this.options.timeoutMs + 15_000;
     const busy = new Set(this.keysInFlight.keys());
     const claimed: DeliveryRow[] = [];
+    const firstSkipped = performance.now() < this.noOtherKeyUntil;
     try {
-      while (claimed.length < room && this.running && performance.now() >= this.noOtherKeyUntil) {
+      while (!firstSkipped && claimed.length < room && this.running) {
         const next = await this.repository.claimDue(now, 1, this.id, leaseUntil, [...busy]);
         if (next.length === 0) {
           if (busy.size > 0) this.noOtherKeyUntil = performance.now() + NO_OTHER_KEY_MS;
@@ -170,7 +171,8 @@ export class DeliveryWorker {
           busy.add(delivery.key_id);
         }
       }
-      if (claimed.length < room && busy.size > 0 && this.running) {
+      // Not when the first step ran unfiltered and found all there was.
+      if (claimed.length < room && (firstSkipped || busy.size > 0) && this.running) {
         claimed.push(...(await this.repository.claimDue(now, room - claimed.length, this.id, leaseUntil)));
       }
     } catch (err) {
