@@ -1,8 +1,7 @@
 /**
- * SQL for the webhook outbox. Claiming is one UPDATE over a sub-select of due, unclaimed rows,
- * re-checked in the outer WHERE, with FOR UPDATE SKIP LOCKED on PostgreSQL: two workers (in one
- * process or many) never hold the same delivery, and a claim whose worker died expires with its
- * lease.
+ * SQL for the webhook outbox. Claiming picks due, unclaimed rows (with FOR UPDATE SKIP LOCKED on
+ * PostgreSQL) and updates them: two workers (in one process or many) never hold the same
+ * delivery, and a claim whose worker died expires with its lease.
  */
 import type { Insertable, Kysely, Selectable } from 'kysely';
 import type { Dialect } from './database.js';
@@ -51,16 +50,32 @@ export class WebhookRepository {
       .$if(exceptKeys.length > 0, (q) => q.where('key_id', 'not in', exceptKeys))
       .orderBy('next_attempt_at')
       .limit(limit);
-    // On SQLite the ids first, then their rows by the primary key: as one statement SQLite read
-    // every pending row to match it against the ids (10 ms at 50,000 retries waiting, on the
-    // event loop). The update checks again that each is still free (the admin command may have
-    // requeued one in between).
-    const ids = pg ? null : (await due.execute()).map((row) => row.id);
-    if (ids?.length === 0) return [];
+    // On PostgreSQL the rows are picked once, in a MATERIALIZED CTE: as `id IN (SELECT ... LIMIT
+    // n FOR UPDATE SKIP LOCKED)` the sub-select may be run again for rows rechecked under
+    // concurrency, and claim more than `limit`. On SQLite the ids first, then their rows by the primary key: as
+    // one statement SQLite read every pending row to match it against the ids (10 ms at 50,000
+    // retries waiting, on the event loop). Either way the update checks again that each is still
+    // free (on SQLite the admin command may have requeued one in between).
+    if (pg) {
+      return this.db
+        .with(
+          (cte) => cte('picked').materialized(),
+          () => due.forUpdate().skipLocked(),
+        )
+        .updateTable('webhook_deliveries')
+        .set({ locked_until: leaseUntil, locked_by: workerId })
+        .where('id', 'in', (eb) => eb.selectFrom('picked').select('picked.id'))
+        .where('status', '=', 'pending')
+        .where((w) => w.or([w('locked_until', 'is', null), w('locked_until', '<', now)]))
+        .returningAll()
+        .execute();
+    }
+    const ids = (await due.execute()).map((row) => row.id);
+    if (ids.length === 0) return [];
     return this.db
       .updateTable('webhook_deliveries')
       .set({ locked_until: leaseUntil, locked_by: workerId })
-      .where('id', 'in', ids ?? due.forUpdate().skipLocked())
+      .where('id', 'in', ids)
       .where('status', '=', 'pending')
       .where((w) => w.or([w('locked_until', 'is', null), w('locked_until', '<', now)]))
       .returningAll()
