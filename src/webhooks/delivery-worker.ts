@@ -165,7 +165,7 @@ export class DeliveryWorker {
           if (busy.size > 0) this.noOtherKeyUntil = performance.now() + NO_OTHER_KEY_MS;
           break;
         }
-        // All of them (PostgreSQL may lock more than the LIMIT under concurrency): each is attempted.
+        // Every row it returned is attempted (a claim of one returns one: webhook-repository.ts).
         for (const delivery of next) {
           claimed.push(delivery);
           busy.add(delivery.key_id);
