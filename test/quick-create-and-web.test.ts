@@ -1336,6 +1336,19 @@ describe('the home page form (POST /; D10 source web)', () => {
       )
     )[0];
 
+  it('text sent to / from a script is told where scripts send it, not to send JSON', async () => {
+    const answer = await request(`${server.url}/`, {
+      method: 'POST',
+      headers: { 'content-type': 'text/plain', accept: 'application/json' },
+      body: 'echo hello from a script',
+    });
+    expectError(answer, 400, 'invalid_request');
+    assert.match(
+      answer.body.message,
+      /application\/x-www-form-urlencoded; from a script, POST the text to \/api\/v1\/cli/,
+    );
+  });
+
   it('the home page holds the form, which posts to / and loads create.js', async () => {
     const home = await request(`${server.url}/`);
     assert.equal(home.status, 200);

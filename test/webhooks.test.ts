@@ -770,6 +770,12 @@ describe('webhook delivery attempts (D21)', SQLITE_ONLY, () => {
     assert.equal(item?.webhook_url, receiver.url);
     assert.equal(item?.webhook_active, false);
     assert.match(text.stdout, /webhook off: its receiver answered 410/);
+    // Redelivering to a webhook that is off is refused, not queued to be closed again unsent.
+    const goneId = deliveryFor(server.databasePath, first)?.id as string;
+    const refused = await fastpaste(['keys', 'redeliver', goneId], env);
+    assert.equal(refused.code, 1, refused.stdout);
+    assert.match(refused.stderr, /has no webhook on .*keys webhook/);
+    assert.equal(deliveryFor(server.databasePath, first)?.status, 'gone');
 
     const second = await createPaste(server, hook.key);
     await sleep(2000);

@@ -264,6 +264,12 @@ keys
       const named = /^msg_[\w-]{22}$/.test(deliveryId) ? deliveryId : `${deliveryId.slice(0, 7)}…`;
       throw new AppError('not_found', `No webhook delivery "${named}".`);
     }
+    if (outcome === 'webhook off') {
+      throw new AppError(
+        'invalid_request',
+        `Delivery ${deliveryId}'s key has no webhook on (a receiver's 410 turns it off): set it with \`keys webhook <key> <url>\`, then redeliver.`,
+      );
+    }
     if (outcome === 'sending') {
       throw new AppError(
         'invalid_request',

@@ -110,7 +110,12 @@ export async function registerBodyParsers(app: FastifyInstance): Promise<JsonBod
   app.addContentTypeParser('*', (request, payload, done) => {
     if (nothingToParse(request)) return done(null, undefined);
     if (!isRawBodyRoute(request)) {
-      done(new AppError('invalid_request', 'Send the body as application/json or multipart/form-data.'), undefined);
+      // The home page's form is urlencoded; a script sending text there means quick-create.
+      const message =
+        request.routeOptions.url === '/'
+          ? "Send the home page's form as application/x-www-form-urlencoded; from a script, POST the text to /api/v1/cli."
+          : 'Send the body as application/json or multipart/form-data.';
+      done(new AppError('invalid_request', message), undefined);
       return;
     }
     readLimited(payload, MAX_TEXT_BYTES).then(

@@ -198,7 +198,7 @@ export class WebhookRepository {
    * second time at once, and the first send's outcome dropped (its worker no longer holds it).
    * 'unknown' when there is no such delivery.
    */
-  async requeue(id: string, now: number): Promise<'queued' | 'sending' | 'unknown'> {
+  async requeue(id: string, now: number): Promise<'queued' | 'sending' | 'webhook off' | 'unknown'> {
     const result = await this.db
       .updateTable('webhook_deliveries')
       .set({
@@ -211,9 +211,20 @@ export class WebhookRepository {
       })
       .where('id', '=', id)
       .where((eb) => eb.or([eb('locked_until', 'is', null), eb('locked_until', '<=', now)]))
+      // Not for a key whose webhook is off (a receiver's 410) or gone: the worker would close it
+      // again at once, unsent.
+      .where('key_id', 'in', (eb) =>
+        eb.selectFrom('api_keys').select('id').where('webhook_active', '=', 1).where('webhook_url', 'is not', null),
+      )
       .executeTakeFirst();
     if (Number(result.numUpdatedRows) > 0) return 'queued';
-    const found = await this.db.selectFrom('webhook_deliveries').select('id').where('id', '=', id).executeTakeFirst();
-    return found ? 'sending' : 'unknown';
+    const found = await this.db
+      .selectFrom('webhook_deliveries')
+      .innerJoin('api_keys', 'api_keys.id', 'webhook_deliveries.key_id')
+      .select(['api_keys.webhook_active', 'api_keys.webhook_url'])
+      .where('webhook_deliveries.id', '=', id)
+      .executeTakeFirst();
+    if (!found) return 'unknown';
+    return found.webhook_active !== 1 || found.webhook_url === null ? 'webhook off' : 'sending';
   }
 }
