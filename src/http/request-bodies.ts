@@ -17,6 +17,14 @@ const RAW_BODY_ROUTES = new Set(['/api/v1/cli']);
 
 const isRawBodyRoute = (request: FastifyRequest): boolean => RAW_BODY_ROUTES.has(request.routeOptions.url ?? '');
 
+/**
+ * What a route that takes no raw body answers one, where it is not the API's: the home page's form
+ * is urlencoded, and a script sending text there means quick-create.
+ */
+const UNPARSED_BODY_MESSAGES = new Map([
+  ['/', "Send the home page's form as application/x-www-form-urlencoded; from a script, POST the text to /api/v1/cli."],
+]);
+
 const strictUtf8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
 
 /**
@@ -110,11 +118,9 @@ export async function registerBodyParsers(app: FastifyInstance): Promise<JsonBod
   app.addContentTypeParser('*', (request, payload, done) => {
     if (nothingToParse(request)) return done(null, undefined);
     if (!isRawBodyRoute(request)) {
-      // The home page's form is urlencoded; a script sending text there means quick-create.
       const message =
-        request.routeOptions.url === '/'
-          ? "Send the home page's form as application/x-www-form-urlencoded; from a script, POST the text to /api/v1/cli."
-          : 'Send the body as application/json or multipart/form-data.';
+        UNPARSED_BODY_MESSAGES.get(request.routeOptions.url ?? '') ??
+        'Send the body as application/json or multipart/form-data.';
       done(new AppError('invalid_request', message), undefined);
       return;
     }

@@ -229,7 +229,7 @@ function created<T>(make: (done: (err?: unknown) => void) => T): Promise<T> {
 }
 
 /** How often the counters past their window are deleted from the SQLite table. */
-export const CLEAR_EXPIRED_EVERY_MS = 5 * 60_000;
+const CLEAR_EXPIRED_EVERY_MS = 5 * 60_000;
 /** How long past its window a counter is kept (as rate-limiter-flexible's own clean-up). */
 const CLEAR_EXPIRED_AFTER_MS = 60 * 60_000;
 
@@ -263,14 +263,11 @@ class SqliteCounterStore extends LimiterCounterStore {
     this.timer.unref();
   }
 
-  /** Deletes the counters past their window and the hour after it; false when the file refused. */
-  clearExpired(): boolean {
+  /** Deletes the counters past their window and the hour after it; a refusal is left for the next turn. */
+  private clearExpired(): void {
     try {
       this.clearStatement.run(Date.now() - CLEAR_EXPIRED_AFTER_MS);
-      return true;
-    } catch {
-      return false;
-    }
+    } catch {}
   }
 
   override async close(): Promise<number> {

@@ -3,7 +3,7 @@
  * PostgreSQL) and updates them: two workers (in one process or many) never hold the same
  * delivery, and a claim whose worker died expires with its lease.
  */
-import type { Insertable, Kysely, Selectable } from 'kysely';
+import type { ExpressionBuilder, Insertable, Kysely, Selectable } from 'kysely';
 import type { Dialect } from './database.js';
 import type { Database, DeliveryStatus, WebhookAttemptTable, WebhookDeliveryTable } from './schema.js';
 
@@ -16,6 +16,12 @@ export interface KeyWebhook {
   url: string | null;
   secret: string | null;
   active: boolean;
+}
+
+/** A delivery no worker holds at `now`: pending, and unclaimed or its lease run out. */
+function freeAt(now: number) {
+  return (eb: ExpressionBuilder<Database, 'webhook_deliveries'>) =>
+    eb.and([eb('status', '=', 'pending'), eb.or([eb('locked_until', 'is', null), eb('locked_until', '<', now)])]);
 }
 
 export class WebhookRepository {
@@ -40,33 +46,31 @@ export class WebhookRepository {
     leaseUntil: number,
     exceptKeys: readonly string[] = [],
   ): Promise<DeliveryRow[]> {
-    const pg = this.dialect === 'postgres';
     const due = this.db
       .selectFrom('webhook_deliveries')
       .select('id')
-      .where('status', '=', 'pending')
+      .where(freeAt(now))
       .where('next_attempt_at', '<=', now)
-      .where((w) => w.or([w('locked_until', 'is', null), w('locked_until', '<', now)]))
       .$if(exceptKeys.length > 0, (q) => q.where('key_id', 'not in', exceptKeys))
       .orderBy('next_attempt_at')
       .limit(limit);
     // On PostgreSQL the rows are picked once, in a MATERIALIZED CTE: as `id IN (SELECT ... LIMIT
     // n FOR UPDATE SKIP LOCKED)` the sub-select may be run again for rows rechecked under
-    // concurrency, and claim more than `limit`. On SQLite the ids first, then their rows by the primary key: as
-    // one statement SQLite read every pending row to match it against the ids (10 ms at 50,000
-    // retries waiting, on the event loop). Either way the update checks again that each is still
-    // free (on SQLite the admin command may have requeued one in between).
-    if (pg) {
+    // concurrency, and claim more than `limit`. On SQLite the ids first, then their rows by the
+    // primary key: as one statement SQLite read every pending row to match it against the ids
+    // (10 ms at 50,000 retries waiting, on the event loop). Either way the update checks again
+    // that each is still free (on SQLite the admin command may have requeued one in between).
+    const lease = { locked_until: leaseUntil, locked_by: workerId };
+    if (this.dialect === 'postgres') {
       return this.db
         .with(
           (cte) => cte('picked').materialized(),
           () => due.forUpdate().skipLocked(),
         )
         .updateTable('webhook_deliveries')
-        .set({ locked_until: leaseUntil, locked_by: workerId })
+        .set(lease)
         .where('id', 'in', (eb) => eb.selectFrom('picked').select('picked.id'))
-        .where('status', '=', 'pending')
-        .where((w) => w.or([w('locked_until', 'is', null), w('locked_until', '<', now)]))
+        .where(freeAt(now))
         .returningAll()
         .execute();
     }
@@ -74,10 +78,9 @@ export class WebhookRepository {
     if (ids.length === 0) return [];
     return this.db
       .updateTable('webhook_deliveries')
-      .set({ locked_until: leaseUntil, locked_by: workerId })
+      .set(lease)
       .where('id', 'in', ids)
-      .where('status', '=', 'pending')
-      .where((w) => w.or([w('locked_until', 'is', null), w('locked_until', '<', now)]))
+      .where(freeAt(now))
       .returningAll()
       .execute();
   }
