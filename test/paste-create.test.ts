@@ -1209,6 +1209,24 @@ describe('POST /api/v1/paste: multipart uploads (D17)', () => {
     );
   });
 
+  it('a form field far over its length is 400 invalid_request naming it, not 413 for content (D7)', async () => {
+    const before = await rowCount(server);
+    const err = expectError(
+      await upload(
+        server,
+        key,
+        fileForm('a b c d', 'notes.txt', 'text/plain', { description: 'd'.repeat(5 * 1024 * 1024) }),
+      ),
+      400,
+      'invalid_request',
+    );
+    assert.ok(
+      err.details?.some((p) => p.field === 'description'),
+      JSON.stringify(err),
+    );
+    assert.equal(await rowCount(server), before);
+  });
+
   for (const [filename, type] of [
     ['tool.exe', 'application/octet-stream'],
     ['image.png', 'image/png'],

@@ -282,6 +282,24 @@ describe('quick-create, web pages and HTTP rules', () => {
       assert.equal(b.expires_at, null);
     });
 
+    it('a multipart content field holds up to 4 MB; any other field far over its length is 400 naming it', async () => {
+      const content = 'word '.repeat(40_000); // 200,000 bytes: past a small field's cap, well under 4 MB
+      const big = new FormData();
+      big.append('title', 'a big field');
+      big.append('content', content);
+      const id = idFromTextAnswer(await cli('', { headers: { 'x-api-key': key }, body: big }));
+      assert.equal((await detail(id)).content, content);
+
+      const form = new FormData();
+      form.append('title', 't'.repeat(5 * 1024 * 1024));
+      form.append('content', 'some content');
+      const err = expectError(await cli('', { headers: { 'x-api-key': key }, body: form }), 400, 'invalid_request');
+      assert.deepEqual(
+        err.details?.map((d) => d.field),
+        ['title'],
+      );
+    });
+
     it('answers 201 text/plain "<base_url>/view/<id>\\n" for a view URL that works', async () => {
       const result = await cli('', { headers: { 'content-type': 'text/plain' }, body: 'plain answer' });
       assert.equal(result.headers.get('content-type'), 'text/plain; charset=utf-8');

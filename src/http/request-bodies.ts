@@ -303,6 +303,8 @@ export interface MultipartOptions {
   fileFields: ReadonlySet<string>;
   /** Largest file accepted. */
   maxFileBytes: number;
+  /** Text fields that carry a paste's content, read up to MAX_TEXT_BYTES; any other is a small field. */
+  contentFields?: ReadonlySet<string>;
   /** Checks a file's name and type before its bytes are read; throws to refuse it. */
   checkFile?: (filename: string, mimeType: string) => void;
 }
@@ -405,8 +407,11 @@ export async function readMultipartForm(request: FastifyRequest, options: Multip
         file = { field: part.fieldname, filename, mimeType: part.mimetype, bytes };
       } else {
         if (Object.keys(fields).length === MAX_TEXT_FIELDS) throw new request.server.multipartErrors.FieldsLimitError();
-        const bytes = await Promise.race([readFilePart(part.file, MAX_TEXT_BYTES), stalled]);
-        fields[part.fieldname] = textOfField(part.fieldname, bytes);
+        const name = part.fieldname;
+        const bytes = options.contentFields?.has(name)
+          ? await Promise.race([readFilePart(part.file, MAX_TEXT_BYTES), stalled])
+          : await Promise.race([readFilePart(part.file, MAX_FIELD_BYTES, () => fieldTooLong(name)), stalled]);
+        fields[name] = textOfField(name, bytes);
       }
     }
   } catch (err) {
@@ -423,6 +428,17 @@ export async function readMultipartForm(request: FastifyRequest, options: Multip
 
 /** Text fields a form may hold besides its file. */
 const MAX_TEXT_FIELDS = 24;
+
+/**
+ * The most a text field other than content may hold: the longest of them (a password of 1,024
+ * characters) is at most 4 KB of UTF-8. A longer one is refused as that field's problem (400),
+ * not as content over 4 MB (413).
+ */
+const MAX_FIELD_BYTES = 64 * 1024;
+
+function fieldTooLong(name: string): AppError {
+  return invalidRequest([{ field: name, message: `is longer than ${MAX_FIELD_BYTES / 1024} KB` }]);
+}
 
 /**
  * Whether a part is a file: it names one, or is typed as bytes (busboy's own default, which
@@ -454,6 +470,7 @@ function readFilePart(
     readableEnded?: boolean;
   },
   limit: number,
+  overLimit: () => AppError = () => tooLarge(limit),
 ): Promise<Buffer> {
   return new Promise((resolve, reject) => {
     const broken = () => reject(new AppError('invalid_request', 'The multipart body could not be read.'));
@@ -464,11 +481,11 @@ function readFilePart(
     file.on('data', (chunk: Buffer) => {
       size += chunk.length;
       // busboy's own cut is at the largest part of any kind (a file or a text field).
-      if (size > limit) reject(tooLarge(limit));
+      if (size > limit) reject(overLimit());
       else chunks.push(chunk);
     });
-    file.on('limit', () => reject(tooLarge(limit)));
-    file.on('end', () => (file.truncated ? reject(tooLarge(limit)) : resolve(Buffer.concat(chunks, size))));
+    file.on('limit', () => reject(overLimit()));
+    file.on('end', () => (file.truncated ? reject(overLimit()) : resolve(Buffer.concat(chunks, size))));
     file.on('error', broken);
     file.on('close', () => {
       if (!file.readableEnded) broken();

@@ -75,7 +75,11 @@ async function readQuickCreate(
   if (request.isMultipart()) {
     const length = announcedLength(request);
     if (length !== undefined && length > FORM_BODY_LIMIT) throw tooLarge(MAX_TEXT_BYTES);
-    const form = await readMultipartForm(request, { fileFields: CONTENT_FIELDS, maxFileBytes: MAX_TEXT_BYTES });
+    const form = await readMultipartForm(request, {
+      fileFields: CONTENT_FIELDS,
+      contentFields: CONTENT_FIELDS,
+      maxFileBytes: MAX_TEXT_BYTES,
+    });
     if (form.file) setContent(asText(form.file.bytes, anonymous));
     for (const [name, value] of Object.entries(form.fields)) {
       if (CONTENT_FIELDS.has(name)) setContent(value);
