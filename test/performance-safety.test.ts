@@ -2746,9 +2746,14 @@ describe('view counts kept apart from the pastes', () => {
     try {
       const { ids, createdAt } = await insertNumberedPastes(server, 'R', 2);
       const [full, other] = ids as [string, string];
-      // A count at integer's limit: adding one overflows (22003), and the chunk is rolled back.
+      // The count of one paste refuses to change, as a constraint or a trigger refuses a row: the
+      // chunk is rolled back.
+      await server.sql(`INSERT INTO paste_views (paste_id, created_at, views) VALUES ('${full}', ${createdAt}, 5)`);
       await server.sql(
-        `INSERT INTO paste_views (paste_id, created_at, views) VALUES ('${full}', ${createdAt}, 2147483647)`,
+        `CREATE FUNCTION refuse_view_add() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'refused by the test'; END $$`,
+      );
+      await server.sql(
+        `CREATE TRIGGER refuse_view_add BEFORE UPDATE ON paste_views FOR EACH ROW WHEN (NEW.paste_id = '${full}') EXECUTE FUNCTION refuse_view_add()`,
       );
       const views = server.services.pastes.views;
       views.add(full, createdAt);
@@ -2758,18 +2763,50 @@ describe('view counts kept apart from the pastes', () => {
       assert.notEqual(views.writtenEpoch(), null, 'nothing unsettled: the write is known not to have happened');
       assert.equal(views.unwritten(full), 1);
       assert.equal(views.unwritten(other), 1);
-      assert.deepEqual(await storedViews(server), new Map([[full, 2147483647]]));
+      assert.deepEqual(await storedViews(server), new Map([[full, 5]]));
       const [tokens] = await server.sql<{ n: number }>('SELECT count(*) AS n FROM view_write_tokens');
       assert.equal(Number(tokens?.n), 0, 'the token went with the rollback');
-      await server.sql(`UPDATE paste_views SET views = 0 WHERE paste_id = '${full}'`);
+      await server.sql('DROP TRIGGER refuse_view_add ON paste_views');
+      await server.sql('DROP FUNCTION refuse_view_add()');
       await views.flush();
       assert.deepEqual(
         await storedViews(server),
         new Map([
-          [full, 1],
+          [full, 6],
           [other, 1],
         ]),
       );
+    } finally {
+      await server.close();
+    }
+  });
+
+  it("a paste's views go past 2^31 - 1 (integer's limit on PostgreSQL): written and shown, the flush goes on", async () => {
+    const server = await startServer();
+    try {
+      const { ids, createdAt } = await insertNumberedPastes(server, 'B', 2);
+      const [full, other] = ids as [string, string];
+      await server.sql(
+        `INSERT INTO paste_views (paste_id, created_at, views) VALUES ('${full}', ${createdAt}, 2147483647)`,
+      );
+      const views = server.services.pastes.views;
+      views.add(full, createdAt);
+      views.add(full, createdAt);
+      views.add(other, createdAt);
+      await views.flush();
+      assert.equal(views.unwritten(full), 0);
+      assert.equal(views.unwritten(other), 0);
+      assert.deepEqual(
+        await storedViews(server),
+        new Map([
+          [full, 2147483649],
+          [other, 1],
+        ]),
+      );
+      const key = await server.createKey();
+      const read = await request(`${server.url}/api/v1/paste/${full}`, { headers: { 'x-api-key': key } });
+      assert.equal(read.status, 200, read.text);
+      assert.ok(read.body.data.view_count >= 2147483649, String(read.body.data.view_count));
     } finally {
       await server.close();
     }

@@ -1414,6 +1414,23 @@ describe('expired quota counters on SQLite', { skip: onPostgres ? 'SQLite only' 
 describe('quota counters in PostgreSQL: a window that fails to count', {
   skip: onPostgres ? false : 'PostgreSQL only: there each window is counted by a statement of its own',
 }, () => {
+  it("counts a window past 2^31 - 1 (integer's limit): a request over the limit is 429, not 503", async (t) => {
+    const server = await start(t, { env: { REDIS_URL: '' } });
+    await storeReady(server);
+    const key = await server.createKey({ hourly: 100, daily: 100, monthly: 100 });
+    const list = () => request(`${server.url}/api/v1/pastes?page=%31`, { headers: { 'x-api-key': key } });
+    assert.equal((await list()).status, 200);
+    // Requests go on being counted past the limit (D20): a month of a client retrying at once.
+    await server.sql('UPDATE rate_limit_counters SET points = 2147483647');
+    const over = await list();
+    assert.equal(over.status, 429, over.text);
+    const points = await server.sql<{ points: number }>('SELECT points FROM rate_limit_counters');
+    assert.deepEqual(
+      points.map((row) => Number(row.points)),
+      [2147483648, 2147483648, 2147483648],
+    );
+  });
+
   it('leaves the other windows uncounted too: the request is 503 and counted in none', async (t) => {
     const server = await start(t, { env: { REDIS_URL: '' } });
     await storeReady(server);

@@ -235,6 +235,18 @@ const migrations: Record<string, Migration> = {
         WHERE is_public = 1 AND (password_hash IS NOT NULL OR burn_after_read = 1 OR encrypted = 1)`.execute(db);
     },
   },
+  '0010_counts_past_2_31': {
+    async up(db: Kysely<unknown>) {
+      // PostgreSQL's integer stops at 2^31 - 1 (SQLite's are 64-bit already). A paste's counted
+      // views, or a window's requests (counted on past its limit, D20), can go beyond: the flush
+      // of views then failed at that paste's chunk every second, holding back every chunk after
+      // it, and the window answered 503 instead of 429. Both tables are small (a row a viewed
+      // paste, three a key).
+      if ((await currentSchema(db)) === null) return;
+      await sql`ALTER TABLE paste_views ALTER COLUMN views TYPE bigint`.execute(db);
+      await sql`ALTER TABLE rate_limit_counters ALTER COLUMN points TYPE bigint`.execute(db);
+    },
+  },
 };
 
 // biome-ignore lint/suspicious/noExplicitAny: see migrateOn

@@ -264,7 +264,7 @@ function addViewsPostgres(token: string, ids: string[], counts: number[], create
   )
   INSERT INTO paste_views (paste_id, created_at, views)
   SELECT counted.id, counted.created_at, counted.views
-  FROM unnest(${ids}::text[], ${counts}::integer[], ${createdAts}::bigint[]) AS counted (id, views, created_at)
+  FROM unnest(${ids}::text[], ${counts}::bigint[], ${createdAts}::bigint[]) AS counted (id, views, created_at)
   WHERE EXISTS (SELECT 1 FROM taken) AND EXISTS (SELECT 1 FROM pastes WHERE pastes.id = counted.id)
   ORDER BY counted.id
   ON CONFLICT (paste_id) DO UPDATE SET ${ADD_TO_SAME_PASTE}`;
