@@ -368,6 +368,26 @@ describe('quick-create, web pages and HTTP rules', () => {
       expectError(await cli('', { body: new URLSearchParams({ content: binaryish }) }), 413, 'content_too_large');
     });
 
+    it('bytes that are not UTF-8 text get D6 first: 413 over 4 MiB, content_too_short under 3 characters', async () => {
+      // `curl --data-binary @file` sends a file as an urlencoded body, read whole as the content.
+      const binary = Buffer.alloc(4 * MiB + 1, 0xff);
+      const short = Buffer.from('a\0');
+      for (const headers of [{}, { 'x-api-key': key }] as Array<Record<string, string>>) {
+        expectError(
+          await cli('', { headers: { ...headers, 'content-type': 'application/x-www-form-urlencoded' }, body: binary }),
+          413,
+          'content_too_large',
+        );
+        for (const type of ['text/plain', 'application/x-www-form-urlencoded']) {
+          expectError(
+            await cli('', { headers: { ...headers, 'content-type': type }, body: short }),
+            400,
+            'content_too_short',
+          );
+        }
+      }
+    });
+
     it('accepts exactly 4 MiB and refuses 4 MiB + 1 byte: 413 content_too_large (raw, urlencoded raw, form)', async () => {
       const exact = 'a'.repeat(4 * MiB);
       const ok = await cli('?lang=text', { headers: { 'content-type': 'text/plain' }, body: exact });

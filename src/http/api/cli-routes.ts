@@ -39,8 +39,17 @@ function wantsJson(request: FastifyRequest, params: Record<string, string>): boo
   return (request.headers.accept ?? '').includes('application/json');
 }
 
+/**
+ * A raw body's bytes as the content's text. Bytes that are not UTF-8 text are refused after D6's
+ * size and length, which come first whatever the bytes hold (D7: 413 over 4 MB, content_too_short
+ * under 3 characters), as for text.
+ */
 function asText(bytes: Buffer, anonymous: boolean): string {
   const text = decodeTextFile(bytes);
+  if (text === null) {
+    if (bytes.length > MAX_TEXT_BYTES) throw tooLarge(MAX_TEXT_BYTES);
+    checkContent(bytes.toString('utf8'), Number.POSITIVE_INFINITY);
+  }
   if (text === null && anonymous) {
     throw new AppError('content_rejected', 'The content was refused: it looks like binary data, not text.');
   }
