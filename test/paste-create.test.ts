@@ -992,8 +992,11 @@ describe('POST /api/v1/paste: public flag (D22) and password (D13)', () => {
     const plain = await createJson(server, key, { content: 'plain and public', public: true });
     const id = stored.body.data.paste_id;
     await server.sql(`UPDATE pastes SET password_hash = 'x' WHERE id = '${id}'`);
-    await server.sql(`DELETE FROM kysely_migration WHERE name = '0009_public_only_where_it_applies'`);
-    assert.deepEqual(await migrateToLatest(server.services.storage), ['0009_public_only_where_it_applies']);
+    await server.sql(`DELETE FROM kysely_migration WHERE name >= '0009'`);
+    assert.deepEqual(await migrateToLatest(server.services.storage), [
+      '0009_public_only_where_it_applies',
+      '0010_counts_past_2_31',
+    ]);
     const rows = await server.sql<{ id: string; is_public: number }>(
       `SELECT id, is_public FROM pastes WHERE id IN ('${id}', '${plain.body.data.paste_id}') ORDER BY id`,
     );

@@ -381,8 +381,7 @@ export async function readMultipartForm(request: FastifyRequest, options: Multip
       headerPairs: 16,
     },
   });
-  // A form holds at most its file (or a text field as large as the largest text) and small fields.
-  const maxFormBytes = Math.max(options.maxFileBytes, MAX_TEXT_BYTES) + 64 * 1024;
+  const maxFormBytes = multipartBodyLimit(options.maxFileBytes);
   const { stalled, stop } = parserStall(request, maxFormBytes, () => tooLarge(options.maxFileBytes));
   const iterator = parts[Symbol.asyncIterator]();
   try {
@@ -424,6 +423,14 @@ export async function readMultipartForm(request: FastifyRequest, options: Multip
     stop();
   }
   return { fields, file };
+}
+
+/**
+ * The most a multipart form may hold: its file (or a text field as large as the largest text)
+ * and small fields, with their framing.
+ */
+export function multipartBodyLimit(maxFileBytes: number): number {
+  return Math.max(maxFileBytes, MAX_TEXT_BYTES) + 64 * 1024;
 }
 
 /** Text fields a form may hold besides its file. */
@@ -494,17 +501,25 @@ function readFilePart(
   });
 }
 
+/** A body's kind, as the limits on its declared length tell them apart. */
+export type BodyKind = 'multipart' | 'urlencoded' | 'other';
+
+function bodyKind(request: FastifyRequest): BodyKind {
+  const type = (request.headers['content-type'] ?? '').toLowerCase();
+  if (type.startsWith('multipart/')) return 'multipart';
+  return type.startsWith('application/x-www-form-urlencoded') ? 'urlencoded' : 'other';
+}
+
 /**
  * A route hook that refuses a body whose declared Content-Length is over the route's limit
  * before anything else runs (authentication included), so the answer goes out before the client
- * has sent much. `limitFor` gives the limit and the error for this request's content type.
+ * has sent much. `limitFor` gives the limit and the error for this request's kind of body.
  */
-export function declaredLengthGuard(limitFor: (multipart: boolean) => { limit: number; error: () => AppError }) {
+export function declaredLengthGuard(limitFor: (kind: BodyKind) => { limit: number; error: () => AppError }) {
   return async (request: FastifyRequest): Promise<void> => {
     const header = request.headers['content-length'];
     if (header === undefined) return;
-    const multipart = (request.headers['content-type'] ?? '').toLowerCase().startsWith('multipart/');
-    const { limit, error } = limitFor(multipart);
+    const { limit, error } = limitFor(bodyKind(request));
     if (Number(header) > limit) throw error();
   };
 }

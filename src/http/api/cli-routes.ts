@@ -15,9 +15,9 @@ import {
   tooLarge,
 } from '../../pastes/paste-input.js';
 import { decodeTextFile } from '../../pastes/uploads.js';
-import { declaredLengthGuard, readMultipartForm, UrlEncodedBody } from '../request-bodies.js';
+import { declaredLengthGuard, multipartBodyLimit, readMultipartForm, UrlEncodedBody } from '../request-bodies.js';
 import { type AccessDeps, keyIfSent, optionalApiKey } from './authentication.js';
-import { type ApiDeps, announcedLength, createdMessage } from './paste-routes.js';
+import { type ApiDeps, createdMessage } from './paste-routes.js';
 
 const CONTENT_FIELDS = new Set(['content', 'paste', 'f:1']);
 const PARAMETERS = new Set(['expiry', 'title', 'lang', 'burn', 'json']);
@@ -82,8 +82,7 @@ async function readQuickCreate(
     content = value;
   };
   if (request.isMultipart()) {
-    const length = announcedLength(request);
-    if (length !== undefined && length > FORM_BODY_LIMIT) throw tooLarge(MAX_TEXT_BYTES);
+    // A declared length past the form's limit was refused before (anonymousCreateOptions).
     const form = await readMultipartForm(request, {
       fileFields: CONTENT_FIELDS,
       contentFields: CONTENT_FIELDS,
@@ -149,7 +148,17 @@ export function anonymousCreateOptions(
 ) {
   return {
     onRequest: [
-      declaredLengthGuard(() => ({ limit: bodyLimit, error: () => tooLarge(MAX_TEXT_BYTES) })),
+      // A raw body is read up to 4 MB and a multipart form up to its content's 4 MB: only an
+      // urlencoded one may be larger on the wire than what it carries.
+      declaredLengthGuard((kind) => ({
+        limit:
+          kind === 'urlencoded'
+            ? bodyLimit
+            : kind === 'multipart'
+              ? multipartBodyLimit(MAX_TEXT_BYTES)
+              : MAX_TEXT_BYTES,
+        error: () => tooLarge(MAX_TEXT_BYTES),
+      })),
       optionalApiKey(deps),
     ],
     bodyLimit,

@@ -16,7 +16,7 @@ import {
 import type { PastePresenter } from '../../pastes/paste-presenter.js';
 import type { Created, PasteService } from '../../pastes/paste-service.js';
 import { decodeTextFile, isAllowedExtension, isTextualMimeType, safeFilename } from '../../pastes/uploads.js';
-import { declaredLengthGuard, readMultipartForm, UrlEncodedBody } from '../request-bodies.js';
+import { declaredLengthGuard, multipartBodyLimit, readMultipartForm, UrlEncodedBody } from '../request-bodies.js';
 import { TEXT_CONTENT_SECURITY_POLICY } from '../security-headers.js';
 import { callerKey, requireApiKey } from './authentication.js';
 import { readPagination } from './pagination.js';
@@ -32,8 +32,7 @@ export interface ApiDeps {
 // 6 bytes of JSON per byte of content at worst (\u00e9, as json.dumps writes é by default): a
 // body within D6 however it is escaped. Bodies past 1 MB are read a few at a time (upload-slots.ts).
 export const JSON_BODY_LIMIT = 6 * MAX_TEXT_BYTES + 64 * 1024;
-/** The file plus the other fields and the multipart framing. */
-const MULTIPART_BODY_LIMIT = MAX_UPLOAD_BYTES + 64 * 1024;
+const MULTIPART_BODY_LIMIT = multipartBodyLimit(MAX_UPLOAD_BYTES);
 
 const FILE_FIELDS = new Set(['file']);
 
@@ -137,8 +136,8 @@ async function readUpload(request: FastifyRequest): Promise<{ input: CreateInput
 export async function registerPasteRoutes(app: FastifyInstance, deps: ApiDeps): Promise<void> {
   const { pastes, presenter } = deps;
   const onRequest = requireApiKey(deps);
-  const guardCreate = declaredLengthGuard((multipart) =>
-    multipart
+  const guardCreate = declaredLengthGuard((kind) =>
+    kind === 'multipart'
       ? { limit: MULTIPART_BODY_LIMIT, error: () => tooLarge(MAX_UPLOAD_BYTES) }
       : { limit: JSON_BODY_LIMIT, error: () => tooLarge(MAX_TEXT_BYTES) },
   );
