@@ -25,6 +25,7 @@ import { SLOT_CHECK_MS, SLOT_GRACE_MS } from '../src/http/upload-slots.js';
 import { KEY_CACHE_MS } from '../src/keys/key-service.js';
 import { OwnerListing } from '../src/pastes/owner-listing.js';
 import type { Paste } from '../src/pastes/paste.js';
+import { SETTLE_WITHIN_MS } from '../src/pastes/view-counter.js';
 import { openStorage, STATEMENT_TIMEOUT_MS } from '../src/storage/database.js';
 import { type PgConnection, runDescribed } from '../src/storage/described-statement.js';
 import { migrateToLatest } from '../src/storage/migrations.js';
@@ -2738,6 +2739,43 @@ describe('view counts kept apart from the pastes', () => {
       }
     });
   }
+
+  it("a chunk left unsettled near its token's end of life is given up, not added a second time after the token is gone", {
+    skip: !ON_POSTGRES && 'a write on SQLite cannot succeed unseen',
+  }, async () => {
+    const direct = await startServer();
+    const proxy = await postgresProxy(new URL(direct.databaseUrl));
+    const proxied = await startServer({ databaseUrl: proxy.url });
+    try {
+      const { ids, createdAt } = await insertNumberedPastes(direct, 'G', 3);
+      const views = proxied.services.pastes.views;
+      for (const id of ids) views.add(id, createdAt);
+      proxy.cutAtNext('view_write_tokens', 'after'); // committed, the reply withheld
+      await views.flush();
+      withoutRetryTimer(views);
+      assert.equal(proxy.cuts(), 1);
+      const once = new Map(ids.map((id) => [id, 1]));
+      assert.deepEqual(await storedViews(direct), once);
+      // An hour on: another instance has dropped the token, as it drops every one past its life.
+      await direct.sql('DELETE FROM view_write_tokens');
+      const unsettled = (views as unknown as { unsettled: { failedAt: number } }).unsettled;
+      unsettled.failedAt -= SETTLE_WITHIN_MS;
+      views.add(ids[0] as string, createdAt);
+      await views.flush();
+      assert.deepEqual(
+        await storedViews(direct),
+        new Map([...once, [ids[0] as string, 2]]),
+        'the chunk not added again',
+      );
+      assert.notEqual(views.writtenEpoch(), null, 'nothing unsettled');
+      for (const id of ids) assert.equal(views.unwritten(id), 0);
+      assert.equal((await views.close()).givenUp, 3);
+    } finally {
+      await proxied.close();
+      proxy.close();
+      await direct.close();
+    }
+  });
 
   it('a chunk PostgreSQL refuses is not unsettled: its counts go back with the rest, and the next flush writes them', {
     skip: !ON_POSTGRES && 'on SQLite a failed write is always definite',

@@ -16,10 +16,12 @@
  * write may have committed with its reply lost. It is written again under the token of its first
  * write (addViews), before anything else, until that succeeds, so it is added once either way.
  * Until then reads show its counts too (twice, if the first write committed, never none) and
- * writtenEpoch() is null.
+ * writtenEpoch() is null. A token is kept for VIEW_TOKEN_LIFE_MS (any instance drops older ones):
+ * a chunk still unsettled near the end of that life is dropped instead, as its first write may
+ * have committed and its token be gone (given up: reported by close()).
  */
 import { randomUUID } from 'node:crypto';
-import type { PasteRepository, ViewChunk } from '../storage/paste-repository.js';
+import { type PasteRepository, VIEW_TOKEN_LIFE_MS, type ViewChunk } from '../storage/paste-repository.js';
 import { refusedByDatabase } from '../storage/unavailable.js';
 import { ViewTable } from './view-table.js';
 
@@ -46,11 +48,19 @@ function chunkOf(table: ViewTable, slots: ArrayLike<number>): ViewChunk {
   return chunk;
 }
 
-/** A chunk whose write failed, and the token it is written again under. */
+/** A chunk whose write failed, the token it is written again under, and when it failed. */
 interface Unsettled {
   token: string;
   counts: ViewTable;
+  /** performance.now() when its write failed: after the token's first write began. */
+  failedAt: number;
 }
+
+/**
+ * How long an unsettled chunk is written again under its token: short of the token's life by far
+ * more than its first write can have taken (the pool's wait and the statement's time-out).
+ */
+export const SETTLE_WITHIN_MS = VIEW_TOKEN_LIFE_MS - 60_000;
 
 /** The counts one flush wrote on PostgreSQL, and when it last committed a chunk. */
 interface Written {
@@ -75,6 +85,8 @@ export class ViewCounter {
   private closed = false;
   /** When this instance last dropped old chunk tokens (performance.now()). */
   private tokensForgottenAt = performance.now();
+  /** Views of unsettled chunks dropped at the end of their token's life (see the top). */
+  private viewsGivenUp = 0;
 
   constructor(
     private readonly pastes: PasteRepository,
@@ -140,9 +152,10 @@ export class ViewCounter {
   /**
    * Stops the flushes on a timer and writes what is held (the shutdown's last flush): resolves
    * to what the storage refused, `views` of `pastes` not written, and `possiblyWritten` views
-   * of a chunk whose commit was not confirmed (none when all went well).
+   * of a chunk whose commit was not confirmed (none when all went well), and `givenUp`, those of
+   * chunks dropped unsettled since the start (see the top).
    */
-  async close(): Promise<{ pastes: number; views: number; possiblyWritten: number }> {
+  async close(): Promise<{ pastes: number; views: number; possiblyWritten: number; givenUp: number }> {
     this.closed = true;
     await this.flush();
     const pending = this.pending.held();
@@ -151,6 +164,7 @@ export class ViewCounter {
       pastes: pending.ids + writing.ids,
       views: pending.views + writing.views,
       possiblyWritten: this.unsettled?.counts.held().views ?? 0,
+      givenUp: this.viewsGivenUp,
     };
   }
 
@@ -239,16 +253,21 @@ export class ViewCounter {
     const counts = new ViewTable(slots.length * 2);
     for (const [id, n, createdAt] of chunkOf(batch, slots)) counts.add(id, n, createdAt);
     for (const slot of slots) batch.setCount(slot, 0);
-    this.unsettled = { token, counts };
+    this.unsettled = { token, counts, failedAt: performance.now() };
   }
 
   /**
    * Writes the unsettled chunk again under its token (without the ids forgotten since), so that it
    * is added once whether or not its failed write committed; throws, leaving it unsettled, if the
-   * write fails again.
+   * write fails again. Dropped instead once its token may be gone (SETTLE_WITHIN_MS).
    */
   private async settle(): Promise<void> {
-    const { token, counts } = this.unsettled as Unsettled;
+    const { token, counts, failedAt } = this.unsettled as Unsettled;
+    if (performance.now() - failedAt >= SETTLE_WITHIN_MS) {
+      this.viewsGivenUp += counts.held().views;
+      this.unsettled = null;
+      return;
+    }
     const chunk = chunkOf(counts, counts.sortedSlots());
     if (chunk.length > 0 && !this.pastes.addViewsNow(chunk)) {
       await this.pastes.addViews(chunk, token);
