@@ -27,7 +27,7 @@ import { loadConfig } from '../src/config.js';
 import { openStorage } from '../src/storage/database.js';
 import { migrateToLatest } from '../src/storage/migrations.js';
 import { WebhookRepository } from '../src/storage/webhook-repository.js';
-import { refusingLookup } from '../src/webhooks/address-guard.js';
+import { lookupTurns, refusingLookup } from '../src/webhooks/address-guard.js';
 import { DeliveryWorker } from '../src/webhooks/delivery-worker.js';
 import { MAX_ATTEMPTS, retryDelayMs } from '../src/webhooks/retry-schedule.js';
 import { encryptForTest, freePort, freshDatabase, request, startServer, type TestServer } from './helpers.js';
@@ -1255,6 +1255,36 @@ async function refusedAtCallTime(t: TestContext, urlFor: (port: number) => strin
 // =============================================================================================
 
 describe("the delivery's lookup at connection time (D21)", () => {
+  it('makes at most two system lookups at a time: the others wait, and one that waited its time-out fails unmade', async () => {
+    const held: Array<() => void> = [];
+    const asked: string[] = [];
+    const turns = lookupTurns((host, _options, callback) => {
+      asked.push(host);
+      held.push(() => callback(null, '93.184.216.34', 4));
+    }, 2);
+    const answers: Record<string, string> = {};
+    const look = (host: string, waitMs: number) =>
+      turns(waitMs)(host, {}, (err) => {
+        answers[host] = err ? `${(err as NodeJS.ErrnoException).code}` : 'answered';
+      });
+    look('a.example', 10_000);
+    look('b.example', 10_000);
+    look('c.example', 100); // behind two that never answer, as a dead name server's would not
+    look('d.example', 10_000);
+    assert.deepEqual(asked, ['a.example', 'b.example'], 'two at a time');
+    await new Promise((resolve) => setTimeout(resolve, 150));
+    held.shift()?.(); // a frees its turn: c has waited past its time, d gets it
+    assert.deepEqual(answers, { 'a.example': 'answered', 'c.example': 'ETIMEOUT' });
+    assert.deepEqual(asked, ['a.example', 'b.example', 'd.example'], 'c never looked up');
+    for (const answer of held.splice(0)) answer();
+    assert.deepEqual(answers, {
+      'a.example': 'answered',
+      'b.example': 'answered',
+      'c.example': 'ETIMEOUT',
+      'd.example': 'answered',
+    });
+  });
+
   type Answer = string | Array<{ address: string; family: number }>;
   /** The guard over a resolver that answers `answer` for any name. */
   const lookupAnswering = (answer: Answer) =>

@@ -121,3 +121,41 @@ export function refusingLookup(resolve: Lookup = dns.lookup as unknown as Lookup
     });
   };
 }
+
+/**
+ * Lookups by `resolve`, at most `most` at a time however many callers: the lookup it returns for
+ * a wait of `waitMs` makes its turn wait, and fails (ETIMEOUT) without being made once it has
+ * waited `waitMs`. dns.lookup (getaddrinfo) runs on libuv's thread pool (4 threads), shared with
+ * the password hashes, the file system and pg's own host lookups, and cannot be cancelled: a
+ * receiver whose name servers never answer holds a thread until the system resolver gives up
+ * (10 s and more), past the attempt's time-out. Unbounded, such a key's attempts took every
+ * thread, and every protected read and write waited behind them.
+ */
+export function lookupTurns(resolve: Lookup, most: number): (waitMs: number) => Lookup {
+  let running = 0;
+  const waiting: Array<{ run: () => void; fail: () => void; until: number }> = [];
+  const next = () => {
+    while (running < most && waiting.length > 0) {
+      const turn = waiting.shift() as (typeof waiting)[number];
+      if (performance.now() > turn.until) turn.fail();
+      else turn.run();
+    }
+  };
+  return (waitMs) => (hostname, options, callback) => {
+    const run = () => {
+      running++;
+      resolve(hostname, options, (err, address, family) => {
+        running--;
+        next();
+        callback(err, address, family);
+      });
+    };
+    const fail = () =>
+      callback(
+        Object.assign(new Error(`the lookup of ${hostname} waited ${waitMs} ms for its turn`), { code: 'ETIMEOUT' }),
+        '',
+      );
+    waiting.push({ run, fail, until: performance.now() + waitMs });
+    next();
+  };
+}

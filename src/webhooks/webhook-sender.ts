@@ -4,11 +4,11 @@
  * followed (node:http does not follow them; a 3xx is a failed attempt), and at most a few KB of
  * the answer read.
  */
-import type dns from 'node:dns';
+import dns from 'node:dns';
 import http from 'node:http';
 import https from 'node:https';
 import { RequestFilteringHttpAgent, RequestFilteringHttpsAgent } from 'request-filtering-agent';
-import { checkWebhookUrlSyntax, refusingLookup } from './address-guard.js';
+import { checkWebhookUrlSyntax, type Lookup, lookupTurns, refusingLookup } from './address-guard.js';
 
 export interface SendResult {
   statusCode: number | null;
@@ -30,7 +30,9 @@ export interface SendOptions {
 // IPv4-compatible addresses) the lookup refuses (address-guard.ts).
 const guardedHttp = new RequestFilteringHttpAgent({ keepAlive: false });
 const guardedHttps = new RequestFilteringHttpsAgent({ keepAlive: false });
-const guardedLookup = refusingLookup();
+
+/** System lookups of receivers' names at a time, of every attempt: half of libuv's pool (lookupTurns). */
+const lookupTurn = lookupTurns(dns.lookup as unknown as Lookup, 2);
 
 function parseRetryAfter(value: string | undefined, now: number): number | null {
   if (!value) return null;
@@ -65,6 +67,7 @@ export function sendWebhook(
       return;
     }
     const secure = url.protocol === 'https:';
+    const lookup = lookupTurn(options.timeoutMs) as unknown as typeof dns.lookup;
     const agent = options.allowPrivate ? undefined : secure ? guardedHttps : guardedHttp;
     const request = (secure ? https : http).request(url, {
       method: 'POST',
@@ -74,7 +77,7 @@ export function sendWebhook(
         'content-length': Buffer.byteLength(body),
         'user-agent': 'fastpaste-webhooks/1',
       },
-      ...(agent ? { agent, lookup: guardedLookup as unknown as typeof dns.lookup } : { agent: false }),
+      ...(agent ? { agent, lookup: refusingLookup(lookup) as unknown as typeof dns.lookup } : { agent: false, lookup }),
     });
     timer = setTimeout(() => {
       request.destroy(new Error(`timed out after ${options.timeoutMs} ms`));
