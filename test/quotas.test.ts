@@ -261,6 +261,20 @@ function quotaCountingSuite(store: Store): void {
       assertRateLimited(await listWith(server, key), secondsUntil(Date.UTC(2026, 0, 16), now), 'second request');
     });
 
+    it('Retry-After waits for a window the refused request itself filled: after it the key passes', async (t) => {
+      const now = Date.UTC(2026, 0, 15, 12, 0, 0);
+      const server = await startAt(t, now);
+      const key = await server.createKey(limits(1, 2, 0));
+      assertStatus(await listWith(server, key), 200, 'first request');
+      // The hour is past its limit; this 429 is counted too (D20) and fills the day (2 of 2).
+      const midnight = secondsUntil(Date.UTC(2026, 0, 16), now);
+      const refused = await listWith(server, key);
+      assertRateLimited(refused, midnight, 'second request');
+      assert.equal(refused.headers.get('ratelimit-reset'), String(midnight), 'RateLimit-Reset agrees');
+      server.clock.advance(midnight * SECOND);
+      assertStatus(await listWith(server, key), 200, 'after Retry-After');
+    });
+
     it('30 concurrent creates against hourly 10: exactly 10 succeed, 20 are 429, 10 pastes exist', async (t) => {
       const server = await startAt(t, Date.UTC(2026, 0, 15, 12, 0, 0));
       const key = await server.createKey(limits(10, 0, 0));
@@ -347,7 +361,8 @@ function quotaCountingSuite(store: Store): void {
       const key = await server.createKey(limits(1, 3, 0));
       assertStatus(await listWith(server, key), 200, '10:00 (hour 1 of 1, day 1 of 3)');
       assertRateLimited(await listWith(server, key), 3600, '10:00 again (day 2 of 3)');
-      assertRateLimited(await listWith(server, key), 3600, '10:00 once more (day 3 of 3)');
+      // This refusal fills the day: Retry-After waits for midnight, as the request at 11:00 shows.
+      assertRateLimited(await listWith(server, key), 14 * 3600, '10:00 once more (day 3 of 3)');
       server.clock.now = Date.UTC(2026, 4, 6, 11, 0, 0);
       // A fresh hour, but the day's three are spent: refused until midnight.
       assertRateLimited(await listWith(server, key), 13 * 3600, '11:00 (day 4 of 3)');
@@ -462,6 +477,17 @@ describe('quota rules', () => {
     assert.deepEqual(state.daily, { r: 1, t: 4 * 3600 });
   });
 
+  it('of windows with as few left, RateLimit-Reset names the one that ends last (it holds the key longest)', async (t) => {
+    const now = Date.UTC(2026, 0, 15, 20, 0, 0);
+    const server = await start(t, { clock: new ManualClock(now) });
+    const key = await server.createKey(limits(2, 2, 0));
+    const first = await listWith(server, key);
+    assertStatus(first, 200, 'first');
+    assert.equal(first.headers.get('ratelimit-remaining'), '1');
+    // An hour on, the hour's count starts again but the day's does not: 1 left until midnight.
+    assert.equal(first.headers.get('ratelimit-reset'), String(secondsUntil(Date.UTC(2026, 0, 16), now)));
+  });
+
   it('0 means unlimited for all three: 50 requests with 0/0/0 all pass', async (t) => {
     const server = await start(t);
     const key = await server.createKey(limits(0, 0, 0));
@@ -538,7 +564,7 @@ describe('quota rules', () => {
     };
     const plain = await create({ content: 'plain' });
     const locked = await create({ content: 'locked', password: 'hunter22' });
-    const other = await server.createKey(limits(2, 3, 0));
+    const other = await server.createKey(limits(2, 4, 0));
     const refusals: Array<[string, RequestInit & { method: string }, string]> = [
       [`/api/v1/paste/${plain}`, { method: 'PUT', body: JSON.stringify({ title: 'mine now' }) }, 'forbidden'],
       [`/api/v1/paste/${plain}`, { method: 'DELETE' }, 'forbidden'],
@@ -552,7 +578,7 @@ describe('quota rules', () => {
         expectError(answer, 403, code);
         // The answer's headers tell the budget without it: nothing used.
         assert.equal(answer.headers.get('ratelimit-remaining'), '2', `${init.method} ${path}`);
-        assert.match(answer.headers.get('ratelimit') ?? '', /"hourly";r=2;.*"daily";r=3;/);
+        assert.match(answer.headers.get('ratelimit') ?? '', /"hourly";r=2;.*"daily";r=4;/);
       }
     }
     const read = () => request(`${server.url}/api/v1/paste/${plain}`, { headers: { 'x-api-key': other } });

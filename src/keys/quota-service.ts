@@ -117,8 +117,9 @@ export function quotaHeaders(
   policy?: string,
 ): Record<string, string> {
   if (windows.length === 0) return {};
+  // Of windows with as few left, the one that ends last: it holds the key as long as any of them.
   const nearest = windows.reduce((a, b) =>
-    b.remaining < a.remaining || (b.remaining === a.remaining && b.resetSeconds < a.resetSeconds) ? b : a,
+    b.remaining < a.remaining || (b.remaining === a.remaining && b.resetSeconds > a.resetSeconds) ? b : a,
   );
   return {
     'ratelimit-limit': String(nearest.limit),
@@ -239,8 +240,10 @@ export class QuotaService {
       // D20 counts every authenticated request, a 429 too (only a 401 or 403 counts against
       // nothing): the counts stay, so a client that keeps sending through an exhausted hour
       // spends its day's and month's budget as it goes.
+      // The next request passes once every window this one filled has ended: one left at exactly
+      // its limit by this count refuses the next as much as one past it.
       const headers = quotaHeaders(windows);
-      const retryAfter = Math.max(...exhausted.map((w) => w.resetSeconds));
+      const retryAfter = Math.max(...windows.filter((w) => w.used >= w.limit).map((w) => w.resetSeconds));
       if (subject.startsWith(KEY_SUBJECT)) this.rememberRefused(subject, now + retryAfter * 1000, now);
       const names = exhausted.map((w) => w.kind).join(' and ');
       throw new AppError('rate_limited', `Rate limit exceeded: the ${names} limit is used up.`, {
