@@ -2191,6 +2191,17 @@ describe('properties: every endpoint under random and malformed input', () => {
             'create',
           );
           if (!encodingPasses(c.encoding)) return;
+          // A declared length past what its kind of body may carry is refused before the key:
+          // 4 MB raw, 4 MB and the framing in a multipart form, three times that urlencoded.
+          const type = (contentType ?? '').toLowerCase();
+          const declaredLimit = type.startsWith('multipart/')
+            ? 4 * MiB + 64 * 1024
+            : type.startsWith('application/x-www-form-urlencoded')
+              ? 12 * MiB + 64 * 1024
+              : 4 * MiB;
+          if (!c.chunked && body !== undefined && body.length > declaredLimit) {
+            return expectAnswer(x, 413, 'content_too_large');
+          }
           if (key.cls === 'invalid') return expectAnswer(x, 403, 'api_key_invalid');
           const names = c.params.map((p) => p.name);
           const paramsGood = c.params.every((p) => !p.bad) && new Set(names).size === names.length;
@@ -2203,6 +2214,11 @@ describe('properties: every endpoint under random and malformed input', () => {
             const data = c.body.data;
             if (data.kind === 'huge') return expectAnswer(x, 413, 'content_too_large');
             if (data.kind === 'binary') {
+              // D6's length first, whatever the bytes hold (as decoded with U+FFFD for bad bytes).
+              const text = data.bytes.toString('utf8');
+              if ([...text].length < 3 || /^[\s\p{White_Space}]*$/u.test(text)) {
+                return expectAnswer(x, 400, 'content_too_short');
+              }
               return anonymous ? expectAnswer(x, 400, 'content_rejected') : expectAnswer(x, 400, 'invalid_request');
             }
             // An empty body without a Content-Type is no body at all: 400 either way.
