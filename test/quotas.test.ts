@@ -672,6 +672,23 @@ describe('anonymous quick-create limit (ANON_HOURLY_LIMIT, TRUST_PROXY)', () => 
     assertStatus(await quickCreate(server), 201, 'no X-Forwarded-For');
   });
 
+  it('with TRUST_PROXY=true an address a proxy sent with its port counts without it; one that is no address shares one budget', async (t) => {
+    const server = await start(t, { env: { ANON_HOURLY_LIMIT: '2', TRUST_PROXY: 'true' } });
+    // A new source port for every connection: the same client.
+    await expectEach(
+      2,
+      () => fromAddress(server, `203.0.113.40:${40000 + Math.floor(Math.random() * 1000)}`),
+      201,
+      'v4',
+    );
+    assertRateLimited(await fromAddress(server, '203.0.113.40:51234'), 3600, 'v4 on another port');
+    assertRateLimited(await fromAddress(server, '203.0.113.40'), 3600, 'v4 without a port');
+    await expectEach(2, () => fromAddress(server, '[2001:db8:1:2::5]:443'), 201, 'v6');
+    assertRateLimited(await fromAddress(server, '[2001:db8:1:2::6]:444'), 3600, 'v6, the same /64, another port');
+    await expectEach(2, () => fromAddress(server, 'unknown'), 201, 'not an address');
+    assertRateLimited(await fromAddress(server, 'junk-that-changes-1'), 3600, 'another that is not one');
+  });
+
   it('with TRUST_PROXY=true the address the proxy appended counts: entries a client puts before it buy nothing', async (t) => {
     const server = await start(t, { env: { ANON_HOURLY_LIMIT: '2', TRUST_PROXY: 'true' } });
     // The proxy appends the address it saw (203.0.113.20) to whatever the client sent.
