@@ -11,7 +11,7 @@ import { migrateToLatest } from './storage/migrations.js';
 
 export async function serve(config: Config): Promise<void> {
   tuneHeapFor(config.databaseUrl);
-  const storage = openStorage(config.databaseUrl, { backgroundCheckpoints: true });
+  const storage = openStorage(config.databaseUrl, { backgroundCheckpoints: true, soleServer: true });
   await migrateToLatest(storage);
   const logger = createLogger(config.logLevel);
   const services = await createServices(storage, { config, logger });

@@ -16,6 +16,7 @@ import { isRefusal, refusalMessage } from '../src/cli/refusals.js';
 import { generateApiKey, isWellFormedApiKey } from '../src/keys/api-key-format.js';
 import { KEY_CACHE_MS } from '../src/keys/key-service.js';
 import { databaseContains, freshDatabase, onPostgres, queryDatabase } from './helpers.js';
+import { startServerProcess } from './server-process.js';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const SETTINGS = [
@@ -587,6 +588,30 @@ describe('fastpaste command', () => {
     } finally {
       await new Promise((resolve) => holder.close(resolve));
     }
+  });
+
+  it('a second server on a SQLite file another serves is refused with one line; once the first stops, it starts', async () => {
+    const env = { LOG_LEVEL: 'silent', DATABASE_URL: `sqlite:${join(dir, 'one-server.db')}` };
+    const first = await startServerProcess(env);
+    try {
+      // The commands still run beside it.
+      assert.equal((await fastpaste(['keys', 'list'], env)).code, 0);
+      const second = await fastpaste(['serve'], { ...env, PORT: '0' });
+      assert.equal(second.code, 1, second.stderr);
+      const lines = second.stderr.trim().split('\n');
+      assert.equal(lines.length, 1, second.stderr);
+      assert.match(
+        lines[0] as string,
+        /^fastpaste: DATABASE_URL: .*one-server\.db is served by another fastpaste process/,
+      );
+      assert.equal((await fetch(`${first.url}/healthz`)).status, 200, 'the first one serves on');
+    } finally {
+      await first.stop();
+    }
+    const again = await startServerProcess(env);
+    await again.stop('SIGKILL'); // the lock goes with the process, however it ends
+    const afterKill = await startServerProcess(env);
+    assert.equal(await afterKill.stop(), 0);
   });
 
   it('a refusal of errors (a name of two addresses, both refused) is told by its errors, never an empty line', () => {

@@ -62,6 +62,37 @@ export interface StorageOptions {
   backgroundCheckpoints?: boolean;
   /** With backgroundCheckpoints: the pages of log that restart it (RESTART_PAGES; tests go lower). */
   walRestartPages?: number;
+  /**
+   * SQLite: this process is the file's one server (`serve`), held to it by a lock beside the file
+   * for as long as the storage is open (holdServerLock).
+   */
+  soleServer?: boolean;
+}
+
+/**
+ * The lock of the one server of the SQLite file at `path`: an exclusive transaction held open on
+ * `<path>-server.lock`, which the system drops when the process ends however it ends. A server
+ * on SQLite keeps the quota's counts and the lists' caches of the file in its memory (D20's exact
+ * limits rest on it): a second one on the same file would let each key twice its limits and
+ * list pastes it never saw made. One-off commands (`keys`, `migrate`) do not take it.
+ */
+function holdServerLock(path: string): BetterSqlite3.Database {
+  const lockPath = `${path}-server.lock`;
+  const lock = new BetterSqlite3(lockPath, { timeout: 0 });
+  try {
+    lock.pragma('journal_mode = MEMORY'); // no journal file beside it
+    lock.exec('BEGIN EXCLUSIVE');
+  } catch (err) {
+    lock.close();
+    if (!String((err as { code?: unknown }).code).startsWith('SQLITE_BUSY')) throw err;
+    throw Object.assign(
+      new Error(
+        `${path} is served by another fastpaste process (it holds ${lockPath}): one server a SQLite file; run several on PostgreSQL`,
+      ),
+      { code: 'SQLITE_BUSY' },
+    );
+  }
+  return lock;
 }
 
 /** `sqlite:./data/fastpaste.db`, `sqlite::memory:` or `postgres://...`. */
@@ -73,6 +104,7 @@ export function openStorage(databaseUrl: string, options: StorageOptions = {}): 
 function openSqlite(path: string, options: StorageOptions): Storage {
   const memory = path === ':memory:' || path === '';
   if (!memory) mkdirSync(dirname(resolve(path)), { recursive: true });
+  const serverLock = !memory && options.soleServer ? holdServerLock(path) : null;
   const sqlite = new BetterSqlite3(memory ? ':memory:' : path);
   if (!memory) sqlite.pragma('journal_mode = WAL');
   // NORMAL in WAL mode: a committed transaction survives a crash of the process (not of the OS).
@@ -110,6 +142,7 @@ function openSqlite(path: string, options: StorageOptions): Storage {
       await checkpointer?.stop();
       await db.destroy();
       expirySweeper?.closeLogHeader(); // after the last connection: see ExpirySweeper.logHeader
+      serverLock?.close();
     },
   };
 }
