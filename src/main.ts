@@ -3,6 +3,7 @@
  * listen, run the expiry sweep, and close cleanly on SIGTERM/SIGINT.
  */
 import { buildApp, createLogger } from './app.js';
+import { asDatabaseUrlRefusal } from './cli/refusals.js';
 import type { Config } from './config.js';
 import { tuneHeapFor } from './heap-growth.js';
 import { createServices } from './services.js';
@@ -11,8 +12,10 @@ import { migrateToLatest } from './storage/migrations.js';
 
 export async function serve(config: Config): Promise<void> {
   tuneHeapFor(config.databaseUrl);
-  const storage = openStorage(config.databaseUrl, { backgroundCheckpoints: true, soleServer: true });
-  await migrateToLatest(storage);
+  const storage = await asDatabaseUrlRefusal(async () =>
+    openStorage(config.databaseUrl, { backgroundCheckpoints: true, soleServer: true }),
+  );
+  await asDatabaseUrlRefusal(() => migrateToLatest(storage));
   const logger = createLogger(config.logLevel);
   const services = await createServices(storage, { config, logger });
   const app = await buildApp({ config, services, logger });

@@ -3,7 +3,7 @@ import { createRequire } from 'node:module';
 import type { Redis } from 'ioredis';
 import { sql } from 'kysely';
 import { type Clock, systemClock } from './clock.js';
-import { type Config, loadConfig } from './config.js';
+import { type Config, ConfigError, loadConfig, withoutCredentials } from './config.js';
 import {
   BufferedCounterStore,
   type CounterStore,
@@ -103,19 +103,32 @@ function connectRedis(url: string): Redis {
   return redis;
 }
 
-/** Waits (a bounded time) for the first connection; until Redis answers, requests get 503. */
-function untilReady(redis: Redis, timeoutMs: number): Promise<void> {
-  if (redis.status === 'ready') return Promise.resolve();
+/**
+ * Waits (a bounded time) for the first connection; until Redis answers, requests get 503.
+ * Resolves to null once it answers, else to why it does not (its last error, if it gave one).
+ */
+function untilReady(redis: Redis, timeoutMs: number): Promise<Error | null> {
+  if (redis.status === 'ready') return Promise.resolve(null);
   return new Promise((resolve) => {
-    const timer = setTimeout(done, timeoutMs);
-    function done() {
+    let last: Error = new Error(`no answer within ${timeoutMs} ms`);
+    const failed = (err: Error) => {
+      last = err;
+    };
+    const timer = setTimeout(() => done(last), timeoutMs);
+    function done(why: Error | null) {
       clearTimeout(timer);
-      redis.off('ready', done);
-      resolve();
+      redis.off('ready', ready);
+      redis.off('error', failed);
+      resolve(why);
     }
-    redis.once('ready', done);
+    const ready = () => done(null);
+    redis.once('ready', ready);
+    redis.on('error', failed);
   });
 }
+
+/** Redis refusing the login REDIS_URL gives (a wrong password or user, or none where one is asked). */
+const REDIS_LOGIN_REFUSED = /^(WRONGPASS|NOAUTH|NOPERM)\b/;
 
 export async function createServices(storage: Storage, options: ServiceOptions = {}): Promise<Services> {
   const clock = options.clock ?? systemClock;
@@ -124,7 +137,20 @@ export async function createServices(storage: Storage, options: ServiceOptions =
   let counters: CounterStore;
   if (config.redisUrl) {
     redis = connectRedis(config.redisUrl);
-    await untilReady(redis, 5000);
+    const notReady = await untilReady(redis, 5000);
+    if (notReady) {
+      const where = `REDIS_URL (${withoutCredentials(config.redisUrl)})`;
+      // A login refused stays refused: a bad setting, which stops the start (D2). Anything else
+      // (Redis starting, a network down) may pass: the server starts and counts get 503 meanwhile.
+      if (REDIS_LOGIN_REFUSED.test(notReady.message)) {
+        redis.disconnect();
+        throw new ConfigError(`${where}: Redis refused the login: ${notReady.message}`);
+      }
+      (options.logger ?? silentLogger).warn(
+        { err: notReady.message },
+        `${where} does not answer yet: requests counted against a quota get 503 until it does`,
+      );
+    }
     counters = redisCounters(redis);
   } else if (storage.sqlite) {
     // One process owns an SQLite file: counts are held in memory and written behind.

@@ -996,6 +996,36 @@ describe('a backend that goes away gives fast 503s and the instance heals by its
     }
   }
 
+  it('a Redis that refuses the login REDIS_URL gives stops serve and the commands with one line naming it, the password not shown', {
+    skip: !hasRedisServer && 'needs redis-server to run a Redis of its own',
+  }, async () => {
+    const redis = await ownRedis();
+    try {
+      redis.cli('CONFIG', 'SET', 'requirepass', 'the-right-one');
+      for (const [url, refusal] of [
+        [`redis://:not-the-password@127.0.0.1:${redis.port}`, /WRONGPASS/],
+        [`redis://127.0.0.1:${redis.port}`, /NOAUTH/],
+      ] as const) {
+        for (const args of [['keys', 'list'], ['serve']]) {
+          const run = await fastpaste(args, { DATABASE_URL: TEST_DB as string, REDIS_URL: url, PORT: '0' });
+          const what = `${args.join(' ')} with ${url}`;
+          assert.equal(run.code, 78, `${what}: exit ${run.code}: ${run.stderr}`);
+          const lines = run.stderr.trim().split('\n');
+          assert.equal(lines.length, 1, `${what}: ${run.stderr}`);
+          assert.match(
+            lines[0] as string,
+            /^fastpaste: REDIS_URL \(redis:\/\/.*127\.0\.0\.1:\d+\/?\): Redis refused the login/,
+            what,
+          );
+          assert.match(lines[0] as string, refusal, what);
+          assert.ok(!run.stderr.includes('not-the-password'), `${what}: the password shown`);
+        }
+      }
+    } finally {
+      redis.kill();
+    }
+  });
+
   it("a Redis turned replica (READONLY): a key's requests 503 saying the storage takes no writes, anonymous reads go on, and the key is served again once it is a primary", {
     skip: !hasRedisServer && 'needs redis-server to run a Redis of its own',
   }, async () => {

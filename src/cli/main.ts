@@ -12,7 +12,7 @@ import { serve } from '../main.js';
 import { createServices, type Services } from '../services.js';
 import { openStorage } from '../storage/database.js';
 import { migrateToLatest } from '../storage/migrations.js';
-import { isRefusal, refusalMessage } from './refusals.js';
+import { asDatabaseUrlRefusal, isRefusal, refusalMessage } from './refusals.js';
 
 function wholeNumber(value: string): number {
   if (!/^\d+$/.test(value)) throw new InvalidArgumentError('must be a whole number (0 for unlimited)');
@@ -33,9 +33,9 @@ function listCount(value: string): number {
 /** Opens the configured database, migrated, runs `task`, and closes it. */
 async function withServices<T>(task: (services: Services) => Promise<T>): Promise<T> {
   const config = loadConfig();
-  const storage = openStorage(config.databaseUrl);
+  const storage = await asDatabaseUrlRefusal(async () => openStorage(config.databaseUrl));
   try {
-    await migrateToLatest(storage);
+    await asDatabaseUrlRefusal(() => migrateToLatest(storage));
     const services = await createServices(storage, { config });
     try {
       return await task(services);
@@ -75,8 +75,8 @@ program
   .command('migrate')
   .description('apply the database migrations and exit')
   .action(async () => {
-    const storage = openStorage(loadConfig().databaseUrl);
-    const applied = await migrateToLatest(storage).finally(() => storage.close());
+    const storage = await asDatabaseUrlRefusal(async () => openStorage(loadConfig().databaseUrl));
+    const applied = await asDatabaseUrlRefusal(() => migrateToLatest(storage)).finally(() => storage.close());
     console.log(applied.length === 0 ? 'The database is up to date.' : `Applied: ${applied.join(', ')}`);
   });
 

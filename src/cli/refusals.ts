@@ -2,11 +2,36 @@
  * What the machine or a backend refused a command (a port in use, a database out of reach or
  * refusing the login, a host that does not resolve), told as one line rather than a stack.
  */
+import { isBackendUnavailable } from '../storage/unavailable.js';
 
-/** An error with a system code (EADDRINUSE, ECONNREFUSED, ENOTFOUND…) or a SQLSTATE (28P01…). */
+/** A refusal already told as the setting's (asDatabaseUrlRefusal): its message is the line. */
+class NamedRefusal extends Error {}
+
+/**
+ * An error with a system code (EADDRINUSE, ECONNREFUSED, ENOTFOUND…) or a SQLSTATE (28P01…), or a
+ * connection pg gave up without one (a host that never answers, a port where no PostgreSQL
+ * speaks, SSL asked of a server without it).
+ */
 export function isRefusal(err: unknown): boolean {
+  if (err instanceof NamedRefusal) return true;
   const code = (err as { code?: unknown } | null)?.code;
-  return typeof code === 'string' && (/^(E[A-Z]+|[0-9A-Z]{5})$/.test(code) || isSqliteRefusal(code));
+  if (typeof code === 'string' && (/^(E[A-Z]+|[0-9A-Z]{5})$/.test(code) || isSqliteRefusal(code))) return true;
+  const message = (err as { message?: unknown } | null)?.message;
+  return isBackendUnavailable(err) || (typeof message === 'string' && /does not support SSL/.test(message));
+}
+
+/**
+ * Runs `work`, the opening of the database (and its migrations); a refusal it meets is told as
+ * DATABASE_URL's (D2: the line names the setting), once.
+ */
+export async function asDatabaseUrlRefusal<T>(work: () => Promise<T>): Promise<T> {
+  try {
+    return await work();
+  } catch (err) {
+    if (!isRefusal(err)) throw err;
+    const message = refusalMessage(err as Error);
+    throw message.startsWith('DATABASE_URL:') ? err : new NamedRefusal(`DATABASE_URL: ${message}`);
+  }
 }
 
 /**
@@ -23,6 +48,7 @@ function isSqliteRefusal(code: string): boolean {
  * an AggregateError with no message of its own: its errors' messages.
  */
 export function refusalMessage(err: Error): string {
+  if (err instanceof NamedRefusal) return err.message;
   const code = String((err as { code?: unknown }).code);
   if (isSqliteRefusal(code)) return `DATABASE_URL: the SQLite database refused: ${err.message || code} (${code})`;
   if (err.message) return err.message;
