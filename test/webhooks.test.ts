@@ -1074,6 +1074,10 @@ const REFUSED = [
   'http://0/',
   'http://169.254.169.254/',
   'http://[::ffff:169.254.169.254]/',
+  // A public address mapped: the connection-time check refuses it, so setting it must too.
+  'http://[::ffff:93.184.216.34]/',
+  // Azure's platform address, public unicast by its range.
+  'http://168.63.129.16/',
   'http://10.0.0.1/',
   'https://10.0.0.1/',
   'http://172.16.0.1/',
@@ -1302,6 +1306,8 @@ describe("the delivery's lookup at connection time (D21)", () => {
       '127.0.0.1',
       '10.1.2.3',
       '::ffff:192.168.0.1',
+      '::ffff:93.184.216.34',
+      '168.63.129.16',
       [
         { address: '93.184.216.34', family: 4 },
         { address: '::7f00:1', family: 6 },

@@ -13,18 +13,29 @@ import ipaddr from 'ipaddr.js';
 import { withoutCredentials } from '../config.js';
 import { AppError } from '../errors.js';
 
+/**
+ * Public unicast addresses that are a cloud's own internal endpoints, reachable from every machine
+ * it runs: Azure's platform address (WireServer, its DNS and health probes). The metadata
+ * services of the others sit in ranges refused anyway (169.254.169.254, 100.100.100.200, fd00:ec2::254).
+ */
+const PLATFORM_ADDRESSES = new Set(['168.63.129.16']);
+
 /** Why an address may not be called, or null when it is a public unicast address. */
 export function forbiddenAddressReason(address: string): string | null {
   const text = address.replace(/^\[|\]$/g, '');
   if (!ipaddr.isValid(text)) return 'is not an IP address';
-  let parsed = ipaddr.parse(text);
+  const parsed = ipaddr.parse(text);
   if (parsed.kind() === 'ipv6' && (parsed as ipaddr.IPv6).isIPv4MappedAddress()) {
-    parsed = (parsed as ipaddr.IPv6).toIPv4Address();
+    // The connection-time check (request-filtering-agent) refuses every IPv4-mapped address:
+    // refused here too, so that a URL accepted when set is one a delivery may reach.
+    const v4 = (parsed as ipaddr.IPv6).toIPv4Address().toString();
+    return `is an IPv4-mapped IPv6 address${forbiddenAddressReason(v4) === null ? ` (give ${v4} itself)` : ` of ${v4}, which ${forbiddenAddressReason(v4)}`}`;
   }
   // ::/96, the IPv4-compatible addresses RFC 4291 deprecated ([::127.0.0.1]): never a receiver.
   if (parsed.kind() === 'ipv6' && (parsed as ipaddr.IPv6).parts.slice(0, 6).every((part) => part === 0)) {
     return 'is an IPv4-compatible IPv6 address';
   }
+  if (PLATFORM_ADDRESSES.has(parsed.toString())) return "is a cloud platform's internal address";
   const range = parsed.range();
   return range === 'unicast' ? null : `is a ${range} address`;
 }
