@@ -185,6 +185,11 @@ export async function createServices(storage: Storage, options: ServiceOptions =
     clock,
     outbox,
   );
+  pastes.views.onGiveUp = (views) =>
+    (options.logger ?? silentLogger).warn(
+      { views },
+      'view counts left unsettled past their token dropped: written once or not at all',
+    );
   return {
     storage,
     clock,
@@ -226,10 +231,7 @@ export async function createServices(storage: Storage, options: ServiceOptions =
       if (claims !== null) {
         log.warn({ err: claims }, 'webhook claims not given back: other instances take them when their lease ends');
       }
-      const { givenUp, ...held } = viewsHeld;
-      if (held.views > 0 || held.possiblyWritten > 0) log.error(held, 'view counts not written');
-      if (givenUp > 0)
-        log.warn({ views: givenUp }, 'view counts left unsettled past their token, written once or not at all');
+      if (viewsHeld.views > 0 || viewsHeld.possiblyWritten > 0) log.error(viewsHeld, 'view counts not written');
       if (quotaHeld > 0) log.error({ uses: quotaHeld }, 'quota counts not written');
       return claims === null && viewsHeld.views === 0 && viewsHeld.possiblyWritten === 0 && quotaHeld === 0;
     },

@@ -6,7 +6,7 @@
 import assert from 'node:assert/strict';
 import { type ChildProcess, execFile, execFileSync, spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -15,6 +15,7 @@ import { fileURLToPath } from 'node:url';
 import { isRefusal, refusalMessage } from '../src/cli/refusals.js';
 import { generateApiKey, isWellFormedApiKey } from '../src/keys/api-key-format.js';
 import { KEY_CACHE_MS } from '../src/keys/key-service.js';
+import { openStorage } from '../src/storage/database.js';
 import { databaseContains, freshDatabase, onPostgres, queryDatabase } from './helpers.js';
 import { startServerProcess } from './server-process.js';
 
@@ -413,6 +414,9 @@ describe('fastpaste command', () => {
     await queryDatabase(db.url, 'CREATE TABLE webhook_attempts (id integer)');
     const failed = await fastpaste(['migrate'], env);
     assert.notEqual(failed.code, 0, 'migrate succeeded over a table in its way');
+    // A fault of the migration's, not the setting's: not blamed on DATABASE_URL.
+    assert.doesNotMatch(failed.stderr, /DATABASE_URL/, failed.stderr);
+    assert.match(failed.stderr, /webhook_attempts/, failed.stderr);
     const left = await tableNames(db.url);
     for (const table of ['pastes', 'api_keys', 'webhook_deliveries']) {
       assert.ok(!left.includes(table), `${table} was left by the failed run: ${left.join(', ')}`);
@@ -626,6 +630,31 @@ describe('fastpaste command', () => {
     await again.stop('SIGKILL'); // the lock goes with the process, however it ends
     const afterKill = await startServerProcess(env);
     assert.equal(await afterKill.stop(), 0);
+  });
+
+  it("the server's lock is the file's, whatever path reaches it, and a file that fails to open leaves it free", async () => {
+    const file = join(dir, 'locked.db');
+    const first = openStorage(`sqlite:${file}`, { soleServer: true });
+    try {
+      const link = join(dir, 'link-to-locked.db');
+      symlinkSync(file, link);
+      assert.throws(
+        () => openStorage(`sqlite:${link}`, { soleServer: true }),
+        /is served by another fastpaste process/,
+      );
+      assert.throws(
+        () => openStorage(`sqlite:${join(dir, '.', 'locked.db')}`, { soleServer: true }),
+        /is served by another fastpaste process/,
+      );
+    } finally {
+      await first.close();
+    }
+    const broken = join(dir, 'not-a-database.db');
+    writeFileSync(broken, 'x'.repeat(4096));
+    assert.throws(() => openStorage(`sqlite:${broken}`, { soleServer: true }), { code: 'SQLITE_NOTADB' });
+    rmSync(broken);
+    const repaired = openStorage(`sqlite:${broken}`, { soleServer: true });
+    await repaired.close();
   });
 
   it('a refusal of errors (a name of two addresses, both refused) is told by its errors, never an empty line', () => {

@@ -417,6 +417,29 @@ describe('resource limits', () => {
       assert.ok(result.written < 32 * MiB, `${(result.written / MiB).toFixed(0)} MiB were read before the answer`);
     });
 
+    it('a chunked quick-create form of three content fields each under 4 MiB (12 MiB in all) is 413 at its 4 MB, not read whole', {}, async () => {
+      const justUnder = Buffer.alloc(MiB - 1024, 'a');
+      const { result, growthMb } = await rssGrowth(() =>
+        streamBody(`${server.url}/api/v1/cli`, { 'x-api-key': key, 'content-type': MULTIPART }, function* () {
+          for (const name of ['content', 'paste', 'f:1']) {
+            yield Buffer.from(`--${BOUNDARY}\r\nContent-Disposition: form-data; name="${name}"\r\n\r\n`);
+            for (let j = 0; j < 3; j++) yield ONE_MIB;
+            yield justUnder;
+            yield Buffer.from('\r\n');
+          }
+          yield Buffer.from(`--${BOUNDARY}--\r\n`);
+        }),
+      );
+      // As above, a client still writing may meet the close before it reads the answer.
+      assert.ok(
+        result.status === 413 || (result.status === undefined && result.error !== 'timed out'),
+        `${result.status} ${result.error} ${result.body.slice(0, 200)}`,
+      );
+      if (result.status === 413) assertRefused(result, 413, 'content_too_large', 'three content fields');
+      assert.ok(growthMb < 48, `memory grew by ${growthMb.toFixed(1)} MiB`);
+      assert.ok(result.written < 10 * MiB, `${(result.written / MiB).toFixed(1)} MiB were read before the answer`);
+    });
+
     it('a chunked multipart part header of 200 MiB is cut off long before its end', {}, async () => {
       const result = await streamBody(
         `${server.url}/api/v1/paste`,

@@ -21,16 +21,36 @@ export function isRefusal(err: unknown): boolean {
 }
 
 /**
- * Runs `work`, the opening of the database (and its migrations); a refusal it meets is told as
- * DATABASE_URL's (D2: the line names the setting), once.
+ * PostgreSQL's refusals of the connection DATABASE_URL describes, by SQLSTATE class: connection
+ * exceptions (08), a login refused (28), no such database (3D), insufficient resources (53: too
+ * many connections), the server shutting down (57P01-03). A statement refused otherwise (a
+ * migration's fault, say) is not the setting's.
+ */
+const CONNECTION_SQLSTATE = /^(08|28|3D|53|57P0[1-3])/;
+
+/** Whether `err` is the database DATABASE_URL names refusing to be reached, opened or logged into. */
+function isDatabaseUrlRefusal(err: unknown): boolean {
+  const code = (err as { code?: unknown } | null)?.code;
+  if (typeof code === 'string') {
+    if (/^E[A-Z]+$/.test(code) || isSqliteRefusal(code) || CONNECTION_SQLSTATE.test(code)) return true;
+    if (/^[0-9A-Z]{5}$/.test(code)) return false;
+  }
+  const message = (err as { message?: unknown } | null)?.message;
+  return isBackendUnavailable(err) || (typeof message === 'string' && /does not support SSL/.test(message));
+}
+
+/**
+ * Runs `work`, the opening of the database (and its migrations); a refusal of the database it
+ * meets is told as DATABASE_URL's (D2: the line names the setting), once, the error it replaces
+ * kept as its cause. Any other failure (a fault of a migration's own) goes on as it is.
  */
 export async function asDatabaseUrlRefusal<T>(work: () => Promise<T>): Promise<T> {
   try {
     return await work();
   } catch (err) {
-    if (!isRefusal(err)) throw err;
+    if (!isDatabaseUrlRefusal(err)) throw err;
     const message = refusalMessage(err as Error);
-    throw message.startsWith('DATABASE_URL:') ? err : new NamedRefusal(`DATABASE_URL: ${message}`);
+    throw message.startsWith('DATABASE_URL:') ? err : new NamedRefusal(`DATABASE_URL: ${message}`, { cause: err });
   }
 }
 

@@ -18,7 +18,7 @@
  * Until then reads show its counts too (twice, if the first write committed, never none) and
  * writtenEpoch() is null. A token is kept for VIEW_TOKEN_LIFE_MS (any instance drops older ones):
  * a chunk still unsettled near the end of that life is dropped instead, as its first write may
- * have committed and its token be gone (given up: reported by close()).
+ * have committed and its token be gone (given up: told to onGiveUp, which the services log).
  */
 import { randomUUID } from 'node:crypto';
 import { type PasteRepository, VIEW_TOKEN_LIFE_MS, type ViewChunk } from '../storage/paste-repository.js';
@@ -85,8 +85,8 @@ export class ViewCounter {
   private closed = false;
   /** When this instance last dropped old chunk tokens (performance.now()). */
   private tokensForgottenAt = performance.now();
-  /** Views of unsettled chunks dropped at the end of their token's life (see the top). */
-  private viewsGivenUp = 0;
+  /** Told the views of an unsettled chunk dropped at the end of its token's life (see the top). */
+  onGiveUp: (views: number) => void = () => {};
 
   constructor(
     private readonly pastes: PasteRepository,
@@ -152,10 +152,9 @@ export class ViewCounter {
   /**
    * Stops the flushes on a timer and writes what is held (the shutdown's last flush): resolves
    * to what the storage refused, `views` of `pastes` not written, and `possiblyWritten` views
-   * of a chunk whose commit was not confirmed (none when all went well), and `givenUp`, those of
-   * chunks dropped unsettled since the start (see the top).
+   * of a chunk whose commit was not confirmed (none when all went well).
    */
-  async close(): Promise<{ pastes: number; views: number; possiblyWritten: number; givenUp: number }> {
+  async close(): Promise<{ pastes: number; views: number; possiblyWritten: number }> {
     this.closed = true;
     await this.flush();
     const pending = this.pending.held();
@@ -164,7 +163,6 @@ export class ViewCounter {
       pastes: pending.ids + writing.ids,
       views: pending.views + writing.views,
       possiblyWritten: this.unsettled?.counts.held().views ?? 0,
-      givenUp: this.viewsGivenUp,
     };
   }
 
@@ -264,8 +262,8 @@ export class ViewCounter {
   private async settle(): Promise<void> {
     const { token, counts, failedAt } = this.unsettled as Unsettled;
     if (performance.now() - failedAt >= SETTLE_WITHIN_MS) {
-      this.viewsGivenUp += counts.held().views;
       this.unsettled = null;
+      this.onGiveUp(counts.held().views);
       return;
     }
     const chunk = chunkOf(counts, counts.sortedSlots());

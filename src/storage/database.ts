@@ -3,9 +3,9 @@
  * directory created on first start) or PostgreSQL through pg. Everything else in the code speaks
  * Kysely and does not know which one it has; the few dialect differences live here.
  */
-import { mkdirSync } from 'node:fs';
+import { existsSync, mkdirSync, realpathSync } from 'node:fs';
 import { createRequire } from 'node:module';
-import { dirname, resolve } from 'node:path';
+import { basename, dirname, join, resolve } from 'node:path';
 import BetterSqlite3 from 'better-sqlite3';
 import {
   type DatabaseConnection,
@@ -77,7 +77,9 @@ export interface StorageOptions {
  * list pastes it never saw made. One-off commands (`keys`, `migrate`) do not take it.
  */
 function holdServerLock(path: string): BetterSqlite3.Database {
-  const lockPath = `${path}-server.lock`;
+  // Named after the file itself, however it is reached (a link, another spelling of its path).
+  const real = existsSync(path) ? realpathSync(path) : join(realpathSync(dirname(resolve(path))), basename(path));
+  const lockPath = `${real}-server.lock`;
   const lock = new BetterSqlite3(lockPath, { timeout: 0 });
   try {
     lock.pragma('journal_mode = MEMORY'); // no journal file beside it
@@ -105,6 +107,21 @@ function openSqlite(path: string, options: StorageOptions): Storage {
   const memory = path === ':memory:' || path === '';
   if (!memory) mkdirSync(dirname(resolve(path)), { recursive: true });
   const serverLock = !memory && options.soleServer ? holdServerLock(path) : null;
+  try {
+    return sqliteStorage(path, memory, options, serverLock);
+  } catch (err) {
+    serverLock?.close(); // the file refused: a later open in this process may take the lock
+    throw err;
+  }
+}
+
+/** openSqlite's storage over the file at `path`, holding `serverLock` until it closes. */
+function sqliteStorage(
+  path: string,
+  memory: boolean,
+  options: StorageOptions,
+  serverLock: BetterSqlite3.Database | null,
+): Storage {
   const sqlite = new BetterSqlite3(memory ? ':memory:' : path);
   if (!memory) sqlite.pragma('journal_mode = WAL');
   // NORMAL in WAL mode: a committed transaction survives a crash of the process (not of the OS).

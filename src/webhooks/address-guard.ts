@@ -134,39 +134,51 @@ export function refusingLookup(resolve: Lookup = dns.lookup as unknown as Lookup
 }
 
 /**
- * Lookups by `resolve`, at most `most` at a time however many callers: the lookup it returns for
- * a wait of `waitMs` makes its turn wait, and fails (ETIMEOUT) without being made once it has
- * waited `waitMs`. dns.lookup (getaddrinfo) runs on libuv's thread pool (4 threads), shared with
- * the password hashes, the file system and pg's own host lookups, and cannot be cancelled: a
- * receiver whose name servers never answer holds a thread until the system resolver gives up
- * (10 s and more), past the attempt's time-out. Unbounded, such a key's attempts took every
- * thread, and every protected read and write waited behind them.
+ * Lookups by `resolve`, at most `most` at a time however many callers, and one at a time of each
+ * name: the lookup it returns for a wait of `waitMs` waits for its turn, and fails (ETIMEOUT)
+ * without being made once it has waited `waitMs`. dns.lookup (getaddrinfo) runs on libuv's
+ * thread pool (4 threads), shared with the password hashes, the file system and pg's own host
+ * lookups, and cannot be cancelled: a receiver whose name servers never answer holds a thread
+ * until the system resolver gives up (10 s and more), past the attempt's time-out. Unbounded,
+ * such a key's attempts took every thread, and every protected read and write waited behind
+ * them; one name at a time, such a name holds one turn, and other receivers' lookups take the rest.
  */
 export function lookupTurns(resolve: Lookup, most: number): (waitMs: number) => Lookup {
   let running = 0;
-  const waiting: Array<{ run: () => void; fail: () => void; until: number }> = [];
+  const busy = new Set<string>();
+  const waiting: Array<{ hostname: string; run: () => void; timer: NodeJS.Timeout }> = [];
   const next = () => {
-    while (running < most && waiting.length > 0) {
-      const turn = waiting.shift() as (typeof waiting)[number];
-      if (performance.now() > turn.until) turn.fail();
-      else turn.run();
+    for (let i = 0; i < waiting.length && running < most; ) {
+      const turn = waiting[i] as (typeof waiting)[number];
+      if (busy.has(turn.hostname)) {
+        i++;
+        continue;
+      }
+      waiting.splice(i, 1);
+      clearTimeout(turn.timer);
+      turn.run();
     }
   };
   return (waitMs) => (hostname, options, callback) => {
     const run = () => {
       running++;
+      busy.add(hostname);
       resolve(hostname, options, (err, address, family) => {
         running--;
+        busy.delete(hostname);
         next();
         callback(err, address, family);
       });
     };
-    const fail = () =>
+    const timer = setTimeout(() => {
+      waiting.splice(waiting.indexOf(turn), 1);
       callback(
         Object.assign(new Error(`the lookup of ${hostname} waited ${waitMs} ms for its turn`), { code: 'ETIMEOUT' }),
         '',
       );
-    waiting.push({ run, fail, until: performance.now() + waitMs });
+    }, waitMs);
+    const turn = { hostname, run, timer };
+    waiting.push(turn);
     next();
   };
 }
