@@ -113,6 +113,7 @@ function untilReady(redis: Redis, timeoutMs: number): Promise<Error | null> {
     let last: Error = new Error(`no answer within ${timeoutMs} ms`);
     const failed = (err: Error) => {
       last = err;
+      if (REDIS_LOGIN_REFUSED.test(err.message)) done(err); // refused now is refused for good
     };
     const timer = setTimeout(() => done(last), timeoutMs);
     function done(why: Error | null) {

@@ -12,7 +12,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
-import { isRefusal, refusalMessage } from '../src/cli/refusals.js';
+import { asDatabaseUrlRefusal, isRefusal, refusalMessage } from '../src/cli/refusals.js';
 import { generateApiKey, isWellFormedApiKey } from '../src/keys/api-key-format.js';
 import { KEY_CACHE_MS } from '../src/keys/key-service.js';
 import { openStorage } from '../src/storage/database.js';
@@ -642,10 +642,18 @@ describe('fastpaste command', () => {
         () => openStorage(`sqlite:${link}`, { soleServer: true }),
         /is served by another fastpaste process/,
       );
-      assert.throws(
-        () => openStorage(`sqlite:${join(dir, '.', 'locked.db')}`, { soleServer: true }),
-        /is served by another fastpaste process/,
-      );
+      // A link to a file not made yet names the same lock as the file once made.
+      const early = join(dir, 'link-to-later.db');
+      symlinkSync(join(dir, 'later.db'), early);
+      const viaLink = openStorage(`sqlite:${early}`, { soleServer: true });
+      try {
+        assert.throws(
+          () => openStorage(`sqlite:${join(dir, 'later.db')}`, { soleServer: true }),
+          /is served by another fastpaste process/,
+        );
+      } finally {
+        await viaLink.close();
+      }
     } finally {
       await first.close();
     }
@@ -655,6 +663,39 @@ describe('fastpaste command', () => {
     rmSync(broken);
     const repaired = openStorage(`sqlite:${broken}`, { soleServer: true });
     await repaired.close();
+  });
+
+  it("refusals of the database are told as DATABASE_URL's, a fault of a migration's own is not", async () => {
+    const told = async (err: object) => {
+      try {
+        await asDatabaseUrlRefusal(async () => {
+          throw Object.assign(new Error(String((err as { message?: string }).message ?? '')), err);
+        });
+      } catch (thrown) {
+        return isRefusal(thrown) ? refusalMessage(thrown as Error) : `not a refusal: ${(thrown as Error).message}`;
+      }
+      return 'no throw';
+    };
+    for (const refused of [
+      { code: 'ECONNREFUSED', message: 'connect ECONNREFUSED 127.0.0.1:5432' },
+      { code: '28P01', message: 'password authentication failed for user "x"' },
+      { code: '3D000', message: 'database "nope" does not exist' },
+      { code: '53300', message: 'sorry, too many clients already' },
+      { code: 'SELF_SIGNED_CERT_IN_CHAIN', message: 'self-signed certificate in certificate chain' },
+      { code: 'ERR_TLS_CERT_ALTNAME_INVALID', message: "Hostname/IP does not match certificate's altnames" },
+      { message: 'SASL: SCRAM-SERVER-FIRST-MESSAGE: client password must be a string' },
+      { message: 'The server does not support SSL connections' },
+      { message: 'Connection terminated due to connection timeout' },
+    ]) {
+      assert.match(await told(refused), /^DATABASE_URL: /, JSON.stringify(refused));
+    }
+    for (const own of [
+      { code: '42P07', message: 'relation "x" already exists' },
+      { code: '53100', message: 'could not extend file' },
+      { code: 'SQLITE_ERROR', message: 'near "x": syntax error' },
+    ]) {
+      assert.doesNotMatch(await told(own), /^DATABASE_URL: /, JSON.stringify(own));
+    }
   });
 
   it('a refusal of errors (a name of two addresses, both refused) is told by its errors, never an empty line', () => {

@@ -10,23 +10,30 @@ class NamedRefusal extends Error {}
 /**
  * An error with a system code (EADDRINUSE, ECONNREFUSED, ENOTFOUND…) or a SQLSTATE (28P01…), or a
  * connection pg gave up without one (a host that never answers, a port where no PostgreSQL
- * speaks, SSL asked of a server without it).
+ * speaks, TLS refused, no password for its login).
  */
 export function isRefusal(err: unknown): boolean {
   if (err instanceof NamedRefusal) return true;
   const code = (err as { code?: unknown } | null)?.code;
   if (typeof code === 'string' && (/^(E[A-Z]+|[0-9A-Z]{5})$/.test(code) || isSqliteRefusal(code))) return true;
-  const message = (err as { message?: unknown } | null)?.message;
-  return isBackendUnavailable(err) || (typeof message === 'string' && /does not support SSL/.test(message));
+  return isBackendUnavailable(err) || tlsOrLoginRefused(code, (err as { message?: unknown } | null)?.message);
 }
 
 /**
  * PostgreSQL's refusals of the connection DATABASE_URL describes, by SQLSTATE class: connection
- * exceptions (08), a login refused (28), no such database (3D), insufficient resources (53: too
- * many connections), the server shutting down (57P01-03). A statement refused otherwise (a
+ * exceptions (08), a login refused (28), no such database (3D), too many connections (53300),
+ * the server shutting down (57P01-03). A statement refused otherwise (a
  * migration's fault, say) is not the setting's.
  */
-const CONNECTION_SQLSTATE = /^(08|28|3D|53|57P0[1-3])/;
+const CONNECTION_SQLSTATE = /^(08|28|3D|53300|57P0[1-3])/;
+
+/**
+ * The connection's TLS refused (a certificate not trusted, or not for the host: Node's codes), or
+ * a login pg cannot even try (SCRAM with no password in DATABASE_URL): no SQLSTATE, no E-code.
+ */
+const tlsOrLoginRefused = (code: unknown, message: unknown): boolean =>
+  (typeof code === 'string' && /CERT|SELF_SIGNED|^UNABLE_TO_|^ERR_TLS_/.test(code)) ||
+  (typeof message === 'string' && /does not support SSL|^SASL: |password must be a string/.test(message));
 
 /** Whether `err` is the database DATABASE_URL names refusing to be reached, opened or logged into. */
 function isDatabaseUrlRefusal(err: unknown): boolean {
@@ -35,8 +42,7 @@ function isDatabaseUrlRefusal(err: unknown): boolean {
     if (/^E[A-Z]+$/.test(code) || isSqliteRefusal(code) || CONNECTION_SQLSTATE.test(code)) return true;
     if (/^[0-9A-Z]{5}$/.test(code)) return false;
   }
-  const message = (err as { message?: unknown } | null)?.message;
-  return isBackendUnavailable(err) || (typeof message === 'string' && /does not support SSL/.test(message));
+  return isBackendUnavailable(err) || tlsOrLoginRefused(code, (err as { message?: unknown } | null)?.message);
 }
 
 /**

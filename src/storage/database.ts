@@ -3,9 +3,9 @@
  * directory created on first start) or PostgreSQL through pg. Everything else in the code speaks
  * Kysely and does not know which one it has; the few dialect differences live here.
  */
-import { existsSync, mkdirSync, realpathSync } from 'node:fs';
+import { closeSync, mkdirSync, openSync, realpathSync } from 'node:fs';
 import { createRequire } from 'node:module';
-import { basename, dirname, join, resolve } from 'node:path';
+import { dirname, resolve } from 'node:path';
 import BetterSqlite3 from 'better-sqlite3';
 import {
   type DatabaseConnection,
@@ -77,9 +77,11 @@ export interface StorageOptions {
  * list pastes it never saw made. One-off commands (`keys`, `migrate`) do not take it.
  */
 function holdServerLock(path: string): BetterSqlite3.Database {
-  // Named after the file itself, however it is reached (a link, another spelling of its path).
-  const real = existsSync(path) ? realpathSync(path) : join(realpathSync(dirname(resolve(path))), basename(path));
-  const lockPath = `${real}-server.lock`;
+  // Named after the file itself, however it is reached (a link, another spelling of its path):
+  // made first if it is not there yet (SQLite takes an empty file as a new database), so that a
+  // link to a file still to be made names the same lock before and after.
+  closeSync(openSync(path, 'a'));
+  const lockPath = `${realpathSync(path)}-server.lock`;
   const lock = new BetterSqlite3(lockPath, { timeout: 0 });
   try {
     lock.pragma('journal_mode = MEMORY'); // no journal file beside it
@@ -123,15 +125,20 @@ function sqliteStorage(
   serverLock: BetterSqlite3.Database | null,
 ): Storage {
   const sqlite = new BetterSqlite3(memory ? ':memory:' : path);
-  if (!memory) sqlite.pragma('journal_mode = WAL');
-  // NORMAL in WAL mode: a committed transaction survives a crash of the process (not of the OS).
-  sqlite.pragma('synchronous = NORMAL');
-  sqlite.pragma('busy_timeout = 5000');
-  sqlite.pragma('foreign_keys = ON');
-  // 4 MB of page cache instead of better-sqlite3's 16 MB: the inner B-tree pages stay cached,
-  // and the leaves of random reads miss either way (the OS cache holds the file). Measured: the
-  // same /raw rate, 7 MB less RSS.
-  sqlite.pragma('cache_size = -4000');
+  try {
+    if (!memory) sqlite.pragma('journal_mode = WAL');
+    // NORMAL in WAL mode: a committed transaction survives a crash of the process (not of the OS).
+    sqlite.pragma('synchronous = NORMAL');
+    sqlite.pragma('busy_timeout = 5000');
+    sqlite.pragma('foreign_keys = ON');
+    // 4 MB of page cache instead of better-sqlite3's 16 MB: the inner B-tree pages stay cached,
+    // and the leaves of random reads miss either way (the OS cache holds the file). Measured: the
+    // same /raw rate, 7 MB less RSS.
+    sqlite.pragma('cache_size = -4000');
+  } catch (err) {
+    sqlite.close(); // a file that is no database, say: nothing of it kept open
+    throw err;
+  }
   const threads = !memory && options.backgroundCheckpoints;
   const checkpointer = threads ? new WalCheckpointer(sqlite, path, options.walRestartPages) : null;
   let expirySweeper: ExpirySweeper | null = null;
@@ -155,11 +162,14 @@ function sqliteStorage(
     writeGate,
     openMigrationDb: () => ({ db, release: async () => {} }),
     async close() {
-      await expirySweeper?.stop();
-      await checkpointer?.stop();
-      await db.destroy();
-      expirySweeper?.closeLogHeader(); // after the last connection: see ExpirySweeper.logHeader
-      serverLock?.close();
+      try {
+        await expirySweeper?.stop();
+        await checkpointer?.stop();
+        await db.destroy();
+        expirySweeper?.closeLogHeader(); // after the last connection: see ExpirySweeper.logHeader
+      } finally {
+        serverLock?.close();
+      }
     },
   };
 }

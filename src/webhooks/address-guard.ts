@@ -163,15 +163,27 @@ export function lookupTurns(resolve: Lookup, most: number): (waitMs: number) => 
     const run = () => {
       running++;
       busy.add(hostname);
-      resolve(hostname, options, (err, address, family) => {
+      let ended = false;
+      const end = () => {
+        if (ended) return false;
+        ended = true;
         running--;
         busy.delete(hostname);
         next();
-        callback(err, address, family);
-      });
+        return true;
+      };
+      try {
+        resolve(hostname, options, (err, address, family) => {
+          if (end()) callback(err, address, family); // once, whatever the resolver does
+        });
+      } catch (err) {
+        if (end()) callback(err as NodeJS.ErrnoException, '');
+      }
     };
     const timer = setTimeout(() => {
-      waiting.splice(waiting.indexOf(turn), 1);
+      const at = waiting.indexOf(turn);
+      if (at < 0) return; // started meanwhile
+      waiting.splice(at, 1);
       callback(
         Object.assign(new Error(`the lookup of ${hostname} waited ${waitMs} ms for its turn`), { code: 'ETIMEOUT' }),
         '',
