@@ -277,6 +277,46 @@ describe('only the owner can update, delete or list its pastes (D14)', () => {
     expectError(await request(`${server.url}/api/v1/paste/${plain}`), 401, 'api_key_missing');
   });
 
+  it('a connection refused by the parser (400) is closed by the server even when its client never ends its side', async () => {
+    const port = Number(new URL(server.url).port);
+    for (const [what, sent] of [
+      ['not HTTP', 'X\r\n\r\n'],
+      ['a header line that is none', 'GET / HTTP/1.1\r\nHost: x\r\nno colon here\r\n\r\n'],
+    ] as const) {
+      // The server's side of the connection, to see it closed.
+      const accepted: net.Socket[] = [];
+      const seen = (socket: net.Socket) => accepted.push(socket);
+      server.app.server.on('connection', seen);
+      // Half-open: it reads the answer and its end, then sends nothing and never ends its side.
+      const client = net.connect({ port, host: '127.0.0.1', allowHalfOpen: true });
+      client.on('error', () => {});
+      await new Promise((resolve) => client.once('connect', resolve));
+      let serverSide: net.Socket | undefined;
+      for (let i = 0; i < 100 && !serverSide; i++) {
+        serverSide = accepted.find((socket) => socket.remotePort === client.localPort);
+        if (!serverSide) await new Promise((resolve) => setTimeout(resolve, 10));
+      }
+      server.app.server.off('connection', seen);
+      assert.ok(serverSide, `${what}: the server's side not seen`);
+      client.write(sent);
+      const serverClosed = new Promise<boolean>((resolve) => {
+        if (serverSide.destroyed) resolve(true);
+        serverSide.once('close', () => resolve(true));
+        setTimeout(() => resolve(false), 8000);
+      });
+      let answer = '';
+      client.on('data', (chunk: Buffer) => {
+        answer += chunk.toString('latin1');
+      });
+      try {
+        assert.ok(await serverClosed, `${what}: the server kept the half-closed connection`);
+        assert.match(answer, /^HTTP\/1\.1 400 /, `${what}: ${JSON.stringify(answer.slice(0, 80))}`);
+      } finally {
+        client.destroy();
+      }
+    }
+  });
+
   it('a CONNECT pipelined behind other requests is answered after them, each answer whole and in order', async () => {
     for (let i = 0; i < 3; i++) {
       const answers = await pipelinedAnswers(server.url, [

@@ -45,7 +45,31 @@ export function answerClientError(this: FastifyInstance, err: Error & { code?: s
   refusing.add(socket);
   // As Fastify's own handler does; the raw packet (headers included) is redacted (app.ts).
   this.log.trace({ err }, 'client error');
-  refuseAfterAnswers(socket, errorFor(err.code));
+  // Nothing more is read: the parser would go on with a body after its request's time-out.
+  socket.pause();
+  refuseAndClose(socket, errorFor(err.code));
+}
+
+/** How long a refused connection stays open for its client to read the answer. */
+const LINGER_MS = 2000;
+
+/** How long a refusal may wait for the answers of the requests pipelined before it. */
+const WAIT_MS = 60_000;
+
+/**
+ * Refuses the connection with `error` once the answers of the requests before it are finished (at
+ * most WAIT_MS), then closes it LINGER_MS after, whether or not its client ends its side: Node's
+ * time-outs no longer reach a socket handed to a clientError or connect listener, and a client
+ * that never sent its FIN kept a half-closed connection for good.
+ */
+function refuseAndClose(socket: Socket, error: AppError): void {
+  const waiting = setTimeout(() => socket.destroy(), WAIT_MS);
+  socket.once('close', () => clearTimeout(waiting));
+  refuseAfterAnswers(socket, error, () => {
+    clearTimeout(waiting);
+    const lingering = setTimeout(() => socket.destroy(), LINGER_MS);
+    socket.once('close', () => clearTimeout(lingering));
+  });
 }
 
 /** Connections whose refusal is written or waits for the answers before it. */
@@ -111,27 +135,13 @@ export function refuseConnect(server: Server): void {
     socket.on('error', () => socket.destroy());
     // Whatever the client sends after is read and dropped.
     socket.resume();
-    // Requests pipelined before it are answered first, as before a refusal of the parser's
-    // (refuseAfterAnswers); Node's time-outs no longer reach the socket, so the wait is bounded.
-    const waiting = setTimeout(() => socket.destroy(), CONNECT_WAIT_MS);
-    socket.once('close', () => clearTimeout(waiting));
+    // Requests pipelined before it are answered first, as before a refusal of the parser's.
     const error = new AppError('method_not_allowed', 'fastpaste is not a proxy: CONNECT is not allowed.', {
       headers: { allow: 'GET, HEAD, POST, PUT, DELETE' },
     });
-    refuseAfterAnswers(socket, error, () => {
-      clearTimeout(waiting);
-      // Closed once its client has had the answer for a moment (or at once, should it close first).
-      const lingering = setTimeout(() => socket.destroy(), CONNECT_LINGER_MS);
-      socket.once('close', () => clearTimeout(lingering));
-    });
+    refuseAndClose(socket, error);
   });
 }
-
-/** How long a refused CONNECT's connection stays open for its client to read the answer. */
-const CONNECT_LINGER_MS = 2000;
-
-/** How long a CONNECT's refusal may wait for the answers of the requests pipelined before it. */
-const CONNECT_WAIT_MS = 60_000;
 
 /** An Expect header other than 100-continue: 417 in the envelope. */
 export function answerUnmetExpectations(server: Server): void {
