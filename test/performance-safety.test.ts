@@ -19,7 +19,7 @@ import { pino } from 'pino';
 import { AppError } from '../src/errors.js';
 import { heapFlagsFor, POSTGRES_HEAP_GROWING_PERCENT } from '../src/heap-growth.js';
 import { ErrorLog } from '../src/http/error-log.js';
-import { FastLane, serverWithFastLane } from '../src/http/fast-lane.js';
+import { FastLane, MAX_QUEUED_ANSWERS, serverWithFastLane } from '../src/http/fast-lane.js';
 import { readLimited } from '../src/http/request-bodies.js';
 import { SLOT_CHECK_MS, SLOT_GRACE_MS } from '../src/http/upload-slots.js';
 import { KEY_CACHE_MS } from '../src/keys/key-service.js';
@@ -1834,6 +1834,39 @@ describe('the fast lane', () => {
       assert.equal(laneFailures(lines)[1].err.message, 'a bug in the lane');
     } finally {
       services.pastes.plainContent = plainContent;
+      await server.close();
+    }
+  });
+
+  it(`a connection that pipelines past ${MAX_QUEUED_ANSWERS} answers waiting is closed; up to it every answer comes, in order`, async () => {
+    const server = await startServer();
+    try {
+      const key = await server.createKey({ hourly: 1000 });
+      const id = await createPaste(server, key, { content: 'pipelined paste' });
+      const get = `GET /raw/${id} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n`;
+      const within = await pipelinedAnswers(server.url, Array(MAX_QUEUED_ANSWERS).fill(get));
+      assert.equal(within.length, MAX_QUEUED_ANSWERS);
+      assert.ok(within.every((answer) => answer.status === 200 && answer.body === 'pipelined paste'));
+      // One write of many more, as a client that never reads would send: the connection ends
+      // before their answers are all made (each waits in memory until the ones before it are read).
+      const flood = await new Promise<{ answers: number; closed: boolean }>((resolve) => {
+        const socket = net.connect(Number(new URL(server.url).port), '127.0.0.1');
+        let text = '';
+        socket.on('data', (chunk: Buffer) => {
+          text += chunk.toString('latin1');
+        });
+        socket.on('error', () => {});
+        socket.on('close', () => resolve({ answers: text.split('HTTP/1.1 200').length - 1, closed: true }));
+        socket.write(Array(500).fill(get).join(''));
+        setTimeout(() => {
+          socket.destroy();
+          resolve({ answers: -1, closed: false });
+        }, 10_000);
+      });
+      assert.ok(flood.closed, 'the server kept the connection');
+      assert.ok(flood.answers < 500, `${flood.answers} answers`);
+      assert.equal((await request(`${server.url}/raw/${id}`)).text, 'pipelined paste', 'served on');
+    } finally {
       await server.close();
     }
   });

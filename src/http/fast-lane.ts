@@ -21,6 +21,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import http, { type IncomingMessage, type ServerResponse } from 'node:http';
+import type { Socket } from 'node:net';
 import type { FastifyInstance, FastifyServerFactory, FastifyServerFactoryHandler, FastifyServerOptions } from 'fastify';
 import type { Logger } from 'pino';
 import type { ApiKey, KeyService } from '../keys/key-service.js';
@@ -512,9 +513,46 @@ export function answerLaneReadFailures(app: FastifyInstance): void {
  * Fastify's server factory with the lane in front: the HTTP server Fastify would make (the same
  * time-outs), whose requests try the lane first; `inFlight` counts the lane's requests at work.
  */
+/**
+ * Answers a connection may have queued behind the one being written: requests pipelined past it
+ * end the connection. Node parses every request of a chunk read in the same turn, each answer
+ * waits in memory until the client reads the ones before it, and the lane reads a paste whole:
+ * 64 KB of pipelined GETs of a 4 MB paste held gigabytes for a client that reads nothing.
+ */
+export const MAX_QUEUED_ANSWERS = 32;
+
+/** Each connection's answers queued behind the one being written (see MAX_QUEUED_ANSWERS). */
+const queuedOn = new WeakMap<Socket, number>();
+
+/**
+ * Whether a request may be answered: true unless its answer would be queued past
+ * MAX_QUEUED_ANSWERS, when the connection is destroyed. Only a queued answer (no socket yet, as
+ * Node hands a connection to one answer at a time) is counted, until it gets the socket or closes.
+ */
+function withinPipelining(req: IncomingMessage, res: ServerResponse): boolean {
+  if (res.socket !== null) return true;
+  const socket = req.socket;
+  const queued = (queuedOn.get(socket) ?? 0) + 1;
+  if (queued > MAX_QUEUED_ANSWERS) {
+    socket.destroy();
+    return false;
+  }
+  queuedOn.set(socket, queued);
+  let counted = true;
+  const dequeued = () => {
+    if (!counted) return;
+    counted = false;
+    queuedOn.set(socket, (queuedOn.get(socket) ?? 1) - 1);
+  };
+  res.once('socket', dequeued);
+  res.once('close', dequeued);
+  return true;
+}
+
 export function serverWithFastLane(lane: FastLane, inFlight?: RequestsInFlight): FastifyServerFactory {
   return (handler: FastifyServerFactoryHandler, options: FastifyServerOptions) => {
     const server = http.createServer((options as { http?: http.ServerOptions }).http ?? {}, (req, res) => {
+      if (!withinPipelining(req, res)) return;
       const which = lane.lane(req);
       if (which === null) {
         handler(req, res);
