@@ -233,6 +233,17 @@ const EXPECTED_AT_START: Record<string, string> = {
   '1m': '2026-02-14 12:00:00',
 };
 
+/** `send` is answered 400 invalid_request with details naming `field`, and stores nothing. */
+async function refusedNaming(server: TestServer, field: string, send: () => ReturnType<typeof request>): Promise<void> {
+  const before = await rowCount(server);
+  const err = expectError(await send(), 400, 'invalid_request');
+  assert.ok(
+    err.details?.some((p) => p.field === field),
+    JSON.stringify(err),
+  );
+  assert.equal(await rowCount(server), before);
+}
+
 describe('POST /api/v1/paste: JSON create and the 201 answer', () => {
   let server: TestServer;
   let key: string;
@@ -508,17 +519,9 @@ describe('POST /api/v1/paste: content and field validation (D6, D7, D8)', () => 
   });
 
   it('description of 501 characters is 400 invalid_request naming description', async () => {
-    const before = await rowCount(server);
-    const err = expectError(
-      await createJson(server, key, { content: 'described', description: 'd'.repeat(501) }),
-      400,
-      'invalid_request',
+    await refusedNaming(server, 'description', () =>
+      createJson(server, key, { content: 'described', description: 'd'.repeat(501) }),
     );
-    assert.ok(
-      err.details?.some((p) => p.field === 'description'),
-      JSON.stringify(err),
-    );
-    assert.equal(await rowCount(server), before);
   });
 
   for (const [name, body] of [
@@ -1213,21 +1216,9 @@ describe('POST /api/v1/paste: multipart uploads (D17)', () => {
   });
 
   it('a form field far over its length is 400 invalid_request naming it, not 413 for content (D7)', async () => {
-    const before = await rowCount(server);
-    const err = expectError(
-      await upload(
-        server,
-        key,
-        fileForm('a b c d', 'notes.txt', 'text/plain', { description: 'd'.repeat(5 * 1024 * 1024) }),
-      ),
-      400,
-      'invalid_request',
+    await refusedNaming(server, 'description', () =>
+      upload(server, key, fileForm('a b c d', 'notes.txt', 'text/plain', { description: 'd'.repeat(5 * 1024 * 1024) })),
     );
-    assert.ok(
-      err.details?.some((p) => p.field === 'description'),
-      JSON.stringify(err),
-    );
-    assert.equal(await rowCount(server), before);
   });
 
   for (const [filename, type] of [
