@@ -138,7 +138,9 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
       // A request without Host is answered by the routes (in the envelope), not by Node's bare 400.
       requireHostHeader: false,
     },
-    connectionTimeout: 0,
+    // An answer whose client takes none of its bytes for this long closes its connection
+    // (unread-answers.ts); the factory makes it the server's inactivity time-out.
+    connectionTimeout: config.sendTimeoutMs,
     keepAliveTimeout: 10_000,
     // Fastify's own 503 while closing is not the envelope: the onRequest hook below answers it.
     return503OnClosing: false,

@@ -41,6 +41,8 @@ export interface Config {
   requestTimeoutMs: number;
   /** Time a client has to send the request headers (slow-header attacks). */
   headersTimeoutMs: number;
+  /** Time an answer's bytes may wait for its client to read any of them; then the connection closes. */
+  sendTimeoutMs: number;
   /** Time the requests in flight at SIGTERM get to finish before their connections are closed. */
   shutdownTimeoutMs: number;
 }
@@ -270,6 +272,7 @@ export function loadConfig(env: Env = process.env): Config {
     notFoundLimitPerMinute: readInteger(env, 'NOT_FOUND_LIMIT_PER_MINUTE', 60, 0, 1_000_000_000),
     requestTimeoutMs: requestTimeoutSeconds * 1000,
     headersTimeoutMs: headersTimeoutSeconds * 1000,
+    sendTimeoutMs: readInteger(env, 'SEND_TIMEOUT_SECONDS', 60, 1, 3600) * 1000,
     shutdownTimeoutMs: readInteger(env, 'SHUTDOWN_TIMEOUT_SECONDS', 5, 1, 3600) * 1000,
   };
 }

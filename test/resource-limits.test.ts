@@ -785,6 +785,135 @@ describe('slow clients are cut off (HEADERS_TIMEOUT_SECONDS, REQUEST_TIMEOUT_SEC
   });
 });
 
+describe('answers a client does not read (SEND_TIMEOUT_SECONDS)', () => {
+  let server: TestServer;
+  let port: number;
+  let id: string;
+  const size = 4 * 1024 * 1024 - 1024;
+  before(async () => {
+    server = await startServer({ env: { SEND_TIMEOUT_SECONDS: '1', ANON_HOURLY_LIMIT: '0' } });
+    port = Number(new URL(server.url).port);
+    const created = await request(`${server.url}/api/v1/cli?json=1`, {
+      method: 'POST',
+      headers: { 'content-type': 'text/plain' },
+      body: 'x'.repeat(size),
+    });
+    assert.equal(created.status, 201, created.text);
+    id = (created.body as { data: { paste_id: string } }).data.paste_id;
+  });
+  after(() => server.close());
+
+  /** A connection that sends `count` pipelined GETs of the 4 MB paste and reads nothing yet. */
+  function unreadGets(count: number): net.Socket {
+    const socket = net.connect(port, '127.0.0.1');
+    socket.on('error', () => {});
+    socket.pause();
+    socket.write(`GET /raw/${id} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n`.repeat(count));
+    return socket;
+  }
+
+  /**
+   * Reads the socket at about `chunk` bytes every `everyMs` until `want` bytes came or it closed:
+   * the bytes read.
+   */
+  function readOff(socket: net.Socket, chunk: number, everyMs: number, want: number): Promise<number> {
+    return new Promise((resolve) => {
+      let got = 0;
+      let taken = 0;
+      const done = () => {
+        clearInterval(timer);
+        socket.destroy();
+        resolve(got);
+      };
+      // Each period the socket flows until `chunk` bytes came, then pauses till the next.
+      const timer = setInterval(() => {
+        taken = 0;
+        socket.resume();
+      }, everyMs);
+      socket.on('data', (part: Buffer) => {
+        got += part.length;
+        taken += part.length;
+        if (got >= want) done();
+        else if (taken >= chunk) socket.pause();
+      });
+      socket.on('close', done);
+      socket.on('end', done);
+      socket.resume();
+    });
+  }
+
+  it('the default is 60 s', () => {
+    assert.equal(loadConfig({}).sendTimeoutMs, 60_000);
+    for (const bad of ['0', 'never', '-1']) {
+      assert.throws(() => loadConfig({ SEND_TIMEOUT_SECONDS: bad }), /SEND_TIMEOUT_SECONDS/);
+    }
+  });
+
+  it('pipelined requests are answered one at a time: a connection that reads nothing holds one answer, not eight', async () => {
+    const plainContent = server.services.pastes.plainContent.bind(server.services.pastes);
+    let reads = 0;
+    server.services.pastes.plainContent = (wanted: string) => {
+      if (wanted === id) reads++;
+      return plainContent(wanted);
+    };
+    const socket = unreadGets(8);
+    try {
+      await new Promise((resolve) => setTimeout(resolve, 500));
+      // The first answer fills the kernel's buffers and waits; at most the one after it is made.
+      assert.ok(reads >= 1 && reads <= 2, `${reads} answers made for a client that read none`);
+    } finally {
+      socket.destroy();
+      server.services.pastes.plainContent = plainContent;
+    }
+  });
+
+  it('a client that reads steadily gets every pipelined answer, whole, though it takes longer than the time-out', async () => {
+    // The kernel wakes a writer once half its send buffer (up to 4 MB) has drained, so a reader's
+    // progress shows in steps: 2.5 MB/s against a 3 s time-out leaves a wide margin.
+    const patient = await startServer({ env: { SEND_TIMEOUT_SECONDS: '3' }, databaseUrl: server.databaseUrl });
+    const socket = net.connect(Number(new URL(patient.url).port), '127.0.0.1');
+    socket.on('error', () => {});
+    socket.pause();
+    socket.write(`GET /raw/${id} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n`.repeat(4));
+    try {
+      const startedAt = performance.now();
+      const want = 4 * size;
+      const got = await readOff(socket, 256 * 1024, 100, want);
+      assert.ok(got >= want, `read ${got} of at least ${want} bytes before the connection closed`);
+      assert.ok(performance.now() - startedAt > 4_000, 'read within the time-out: the test shows nothing');
+    } finally {
+      socket.destroy();
+      await patient.close();
+    }
+  });
+
+  it('a connection whose answer is not read for the time-out is closed, and its queued answers are never made', async () => {
+    const socket = unreadGets(3);
+    await new Promise((resolve) => setTimeout(resolve, 4_000));
+    // Only now does the client read: what the kernel held, then the end.
+    const got = await readOff(socket, 1 << 30, 10, 3 * size);
+    assert.ok(got < 2 * size, `read ${got} bytes: the connection was kept`);
+    assert.ok(socket.destroyed, 'the connection is closed');
+  });
+
+  it('a request whose body pauses for longer than the send time-out is not cut by it (nothing to send)', async () => {
+    const answer = await new Promise<string>((resolve) => {
+      const socket = net.connect(port, '127.0.0.1');
+      let text = '';
+      socket.on('data', (chunk: Buffer) => {
+        text += chunk.toString('latin1');
+      });
+      socket.on('error', () => {});
+      socket.on('close', () => resolve(text));
+      socket.write(
+        'POST /api/v1/cli HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: text/plain\r\nContent-Length: 20\r\nConnection: close\r\n\r\nfirst half',
+      );
+      setTimeout(() => socket.write(' and more'.padEnd(10, '.')), 2_500);
+    });
+    assert.match(answer, /^HTTP\/1\.1 201/, answer.slice(0, 200));
+  });
+});
+
 describe('Expect: 100-continue: the body is asked for only once the request is admitted', () => {
   let server: TestServer;
   let key: string;

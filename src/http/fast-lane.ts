@@ -21,7 +21,6 @@
  */
 import { randomUUID } from 'node:crypto';
 import http, { type IncomingMessage, type ServerResponse } from 'node:http';
-import type { Socket } from 'node:net';
 import type { FastifyInstance, FastifyServerFactory, FastifyServerFactoryHandler, FastifyServerOptions } from 'fastify';
 import type { Logger } from 'pino';
 import type { ApiKey, KeyService } from '../keys/key-service.js';
@@ -38,6 +37,7 @@ import { readLimited } from './request-bodies.js';
 import type { RequestsInFlight } from './requests-in-flight.js';
 import { ResponseBatch } from './response-batch.js';
 import { SECURITY_HEADERS, TEXT_CONTENT_SECURITY_POLICY } from './security-headers.js';
+import { closeStalledAnswers, whenAnswerable } from './unread-answers.js';
 import { LARGE_BODY_BYTES } from './upload-slots.js';
 
 export interface FastLaneDeps {
@@ -513,46 +513,9 @@ export function answerLaneReadFailures(app: FastifyInstance): void {
  * Fastify's server factory with the lane in front: the HTTP server Fastify would make (the same
  * time-outs), whose requests try the lane first; `inFlight` counts the lane's requests at work.
  */
-/**
- * Answers a connection may have queued behind the one being written: requests pipelined past it
- * end the connection. Node parses every request of a chunk read in the same turn, each answer
- * waits in memory until the client reads the ones before it, and the lane reads a paste whole:
- * 64 KB of pipelined GETs of a 4 MB paste held gigabytes for a client that reads nothing.
- */
-export const MAX_QUEUED_ANSWERS = 32;
-
-/** Each connection's answers queued behind the one being written (see MAX_QUEUED_ANSWERS). */
-const queuedOn = new WeakMap<Socket, number>();
-
-/**
- * Whether a request may be answered: true unless its answer would be queued past
- * MAX_QUEUED_ANSWERS, when the connection is destroyed. Only a queued answer (no socket yet, as
- * Node hands a connection to one answer at a time) is counted, until it gets the socket or closes.
- */
-function withinPipelining(req: IncomingMessage, res: ServerResponse): boolean {
-  if (res.socket !== null) return true;
-  const socket = req.socket;
-  const queued = (queuedOn.get(socket) ?? 0) + 1;
-  if (queued > MAX_QUEUED_ANSWERS) {
-    socket.destroy();
-    return false;
-  }
-  queuedOn.set(socket, queued);
-  let counted = true;
-  const dequeued = () => {
-    if (!counted) return;
-    counted = false;
-    queuedOn.set(socket, (queuedOn.get(socket) ?? 1) - 1);
-  };
-  res.once('socket', dequeued);
-  res.once('close', dequeued);
-  return true;
-}
-
 export function serverWithFastLane(lane: FastLane, inFlight?: RequestsInFlight): FastifyServerFactory {
   return (handler: FastifyServerFactoryHandler, options: FastifyServerOptions) => {
-    const server = http.createServer((options as { http?: http.ServerOptions }).http ?? {}, (req, res) => {
-      if (!withinPipelining(req, res)) return;
+    const serve = (req: IncomingMessage, res: ServerResponse): void => {
       const which = lane.lane(req);
       if (which === null) {
         handler(req, res);
@@ -589,10 +552,15 @@ export function serverWithFastLane(lane: FastLane, inFlight?: RequestsInFlight):
           handler(req, res);
         },
       );
-    });
+    };
+    // One answer made at a time on a connection, and one its client stops reading closes it
+    // after the send time-out (unread-answers.ts).
+    const server = http.createServer((options as { http?: http.ServerOptions }).http ?? {}, (req, res) =>
+      whenAnswerable(req, res, () => serve(req, res)),
+    );
     if (options.keepAliveTimeout !== undefined) server.keepAliveTimeout = options.keepAliveTimeout;
     if (options.requestTimeout !== undefined) server.requestTimeout = options.requestTimeout;
-    server.setTimeout(options.connectionTimeout ?? 0);
+    closeStalledAnswers(server, options.connectionTimeout ?? 0);
     return server;
   };
 }

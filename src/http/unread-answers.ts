@@ -1,0 +1,64 @@
+/**
+ * Answers a client does not read. An answer the kernel cannot take waits in the process until its
+ * client reads, and a client that never reads would hold it for as long as it keeps the
+ * connection: 100 connections, each with eight pipelined GETs of a 4 MB paste and reading
+ * nothing, held 3.7 GB for good. Three bounds:
+ *
+ * - One answer made at a time on a connection. A request pipelined behind an answer still being
+ *   written is handled only once that answer is wholly in the kernel (Node then hands the
+ *   connection to the next answer, `'socket'`), so a connection holds at most one answer's bytes
+ *   however many requests its client sent in one write. Node parses every request of a chunk in
+ *   one turn; each would otherwise be answered at once and its bytes kept until the ones before
+ *   it were read.
+ * - At most MAX_QUEUED_ANSWERS requests waiting so: past it the connection is closed.
+ * - An answer whose bytes have not moved for the send time-out (SEND_TIMEOUT_SECONDS) closes its
+ *   connection, as a web server's send time-out does: Node re-arms a socket's inactivity timer for
+ *   as long as its writes progress, so a slow reader that keeps reading is not cut. A connection
+ *   with nothing to write is left to the other time-outs (a request's body to
+ *   REQUEST_TIMEOUT_SECONDS, an idle one to the keep-alive time-out).
+ */
+import type { IncomingMessage, Server, ServerResponse } from 'node:http';
+import type { Socket } from 'node:net';
+
+/** Requests a connection may have waiting behind the answer being written. */
+export const MAX_QUEUED_ANSWERS = 32;
+
+/** Each connection's requests waiting behind the answer being written. */
+const queuedOn = new WeakMap<Socket, number>();
+
+/**
+ * Calls `serve` once the request's answer has the connection: at once when no answer is being
+ * written on it, else when the one before it is wholly in the kernel. A request past
+ * MAX_QUEUED_ANSWERS closes the connection instead; one whose connection closes while it waits is
+ * never served (its client is gone).
+ */
+export function whenAnswerable(req: IncomingMessage, res: ServerResponse, serve: () => void): void {
+  if (res.socket !== null) {
+    serve();
+    return;
+  }
+  const socket = req.socket;
+  const queued = (queuedOn.get(socket) ?? 0) + 1;
+  if (queued > MAX_QUEUED_ANSWERS) {
+    socket.destroy();
+    return;
+  }
+  queuedOn.set(socket, queued);
+  res.once('socket', () => {
+    queuedOn.set(socket, (queuedOn.get(socket) ?? 1) - 1);
+    serve();
+  });
+}
+
+/**
+ * Closes a connection whose answer's bytes have not moved for `sendTimeoutMs`. Node's inactivity
+ * timer restarts on every read and write, and on its expiry is suppressed while the socket's
+ * queue of unwritten bytes is shrinking; what is left here is a connection with bytes to send
+ * that its client has not taken for the whole time.
+ */
+export function closeStalledAnswers(server: Server, sendTimeoutMs: number): void {
+  server.setTimeout(sendTimeoutMs);
+  server.on('timeout', (socket: Socket) => {
+    if (socket.writableLength > 0) socket.destroy();
+  });
+}
