@@ -556,7 +556,7 @@ export function serverWithFastLane(lane: FastLane, inFlight?: RequestsInFlight):
     // One answer made at a time on a connection, and one its client stops reading closes it
     // after the send time-out (unread-answers.ts).
     const server = http.createServer((options as { http?: http.ServerOptions }).http ?? {}, (req, res) =>
-      whenAnswerable(req, res, () => serve(req, res)),
+      whenAnswerable(req, res, serve),
     );
     if (options.keepAliveTimeout !== undefined) server.keepAliveTimeout = options.keepAliveTimeout;
     if (options.requestTimeout !== undefined) server.requestTimeout = options.requestTimeout;

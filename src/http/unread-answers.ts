@@ -32,9 +32,13 @@ const queuedOn = new WeakMap<Socket, number>();
  * MAX_QUEUED_ANSWERS closes the connection instead; one whose connection closes while it waits is
  * never served (its client is gone).
  */
-export function whenAnswerable(req: IncomingMessage, res: ServerResponse, serve: () => void): void {
+export function whenAnswerable(
+  req: IncomingMessage,
+  res: ServerResponse,
+  serve: (req: IncomingMessage, res: ServerResponse) => void,
+): void {
   if (res.socket !== null) {
-    serve();
+    serve(req, res);
     return;
   }
   const socket = req.socket;
@@ -46,7 +50,7 @@ export function whenAnswerable(req: IncomingMessage, res: ServerResponse, serve:
   queuedOn.set(socket, queued);
   res.once('socket', () => {
     queuedOn.set(socket, (queuedOn.get(socket) ?? 1) - 1);
-    serve();
+    serve(req, res);
   });
 }
 
