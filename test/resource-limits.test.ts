@@ -813,17 +813,22 @@ describe('answers a client does not read (SEND_TIMEOUT_SECONDS)', () => {
   }
 
   /**
-   * Reads the socket at about `chunk` bytes every `everyMs` until `want` bytes came or it closed:
-   * the bytes read.
+   * Reads the socket at about `chunk` bytes every `everyMs` until `want` bytes came or the server
+   * closed it: the bytes read, and whether the server closed it first.
    */
-  function readOff(socket: net.Socket, chunk: number, everyMs: number, want: number): Promise<number> {
+  function readOff(
+    socket: net.Socket,
+    chunk: number,
+    everyMs: number,
+    want: number,
+  ): Promise<{ got: number; closedByServer: boolean }> {
     return new Promise((resolve) => {
       let got = 0;
       let taken = 0;
-      const done = () => {
+      const done = (closedByServer: boolean) => {
         clearInterval(timer);
         socket.destroy();
-        resolve(got);
+        resolve({ got, closedByServer });
       };
       // Each period the socket flows until `chunk` bytes came, then pauses till the next.
       const timer = setInterval(() => {
@@ -833,13 +838,28 @@ describe('answers a client does not read (SEND_TIMEOUT_SECONDS)', () => {
       socket.on('data', (part: Buffer) => {
         got += part.length;
         taken += part.length;
-        if (got >= want) done();
+        if (got >= want) done(false);
         else if (taken >= chunk) socket.pause();
       });
-      socket.on('close', done);
-      socket.on('end', done);
+      socket.on('close', () => done(true));
+      socket.on('end', () => done(true));
       socket.resume();
     });
+  }
+
+  /** Counts the reads of the 4 MB paste's content while `run` runs. */
+  async function countingReads(run: (reads: () => number) => Promise<void>): Promise<void> {
+    const plainContent = server.services.pastes.plainContent.bind(server.services.pastes);
+    let reads = 0;
+    server.services.pastes.plainContent = (wanted: string) => {
+      if (wanted === id) reads++;
+      return plainContent(wanted);
+    };
+    try {
+      await run(() => reads);
+    } finally {
+      server.services.pastes.plainContent = plainContent;
+    }
   }
 
   it('the default is 60 s', () => {
@@ -850,21 +870,16 @@ describe('answers a client does not read (SEND_TIMEOUT_SECONDS)', () => {
   });
 
   it('pipelined requests are answered one at a time: a connection that reads nothing holds one answer, not eight', async () => {
-    const plainContent = server.services.pastes.plainContent.bind(server.services.pastes);
-    let reads = 0;
-    server.services.pastes.plainContent = (wanted: string) => {
-      if (wanted === id) reads++;
-      return plainContent(wanted);
-    };
-    const socket = unreadGets(8);
-    try {
-      await new Promise((resolve) => setTimeout(resolve, 500));
-      // The first answer fills the kernel's buffers and waits; at most the one after it is made.
-      assert.ok(reads >= 1 && reads <= 2, `${reads} answers made for a client that read none`);
-    } finally {
-      socket.destroy();
-      server.services.pastes.plainContent = plainContent;
-    }
+    await countingReads(async (reads) => {
+      const socket = unreadGets(8);
+      try {
+        await new Promise((resolve) => setTimeout(resolve, 500));
+        // The first answer fills the kernel's buffers and waits; at most the one after it is made.
+        assert.ok(reads() >= 1 && reads() <= 2, `${reads()} answers made for a client that read none`);
+      } finally {
+        socket.destroy();
+      }
+    });
   });
 
   it('a client that reads steadily gets every pipelined answer, whole, though it takes longer than the time-out', async () => {
@@ -878,7 +893,7 @@ describe('answers a client does not read (SEND_TIMEOUT_SECONDS)', () => {
     try {
       const startedAt = performance.now();
       const want = 4 * size;
-      const got = await readOff(socket, 256 * 1024, 100, want);
+      const { got } = await readOff(socket, 256 * 1024, 100, want);
       assert.ok(got >= want, `read ${got} of at least ${want} bytes before the connection closed`);
       assert.ok(performance.now() - startedAt > 4_000, 'read within the time-out: the test shows nothing');
     } finally {
@@ -888,12 +903,39 @@ describe('answers a client does not read (SEND_TIMEOUT_SECONDS)', () => {
   });
 
   it('a connection whose answer is not read for the time-out is closed, and its queued answers are never made', async () => {
-    const socket = unreadGets(3);
-    await new Promise((resolve) => setTimeout(resolve, 4_000));
-    // Only now does the client read: what the kernel held, then the end.
-    const got = await readOff(socket, 1 << 30, 10, 3 * size);
-    assert.ok(got < 2 * size, `read ${got} bytes: the connection was kept`);
-    assert.ok(socket.destroyed, 'the connection is closed');
+    await countingReads(async (reads) => {
+      const socket = unreadGets(3);
+      await new Promise((resolve) => setTimeout(resolve, 4_000));
+      assert.ok(reads() <= 2, `${reads()} answers made`);
+      // Only now does the client read: what the kernel held, then the end.
+      const { got, closedByServer } = await readOff(socket, 1 << 30, 10, 3 * size);
+      assert.ok(closedByServer, `the server kept the connection (${got} bytes read)`);
+      assert.ok(got < 2 * size, `read ${got} bytes`);
+      assert.ok(reads() <= 2, `${reads()} answers made`);
+    });
+  });
+
+  it('a connection idle between requests is still closed at the end of the keep-alive time-out', async () => {
+    const http = server.app.server;
+    const keepAlive = http.keepAliveTimeout;
+    http.keepAliveTimeout = 300;
+    try {
+      const closedAfterMs = await new Promise<number | null>((resolve) => {
+        const socket = net.connect(port, '127.0.0.1');
+        socket.on('error', () => {});
+        const startedAt = performance.now();
+        socket.on('close', () => resolve(performance.now() - startedAt));
+        socket.resume();
+        socket.write('GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n');
+        setTimeout(() => {
+          socket.destroy();
+          resolve(null);
+        }, 6_000).unref();
+      });
+      assert.ok(closedAfterMs !== null, 'the idle connection was kept');
+    } finally {
+      http.keepAliveTimeout = keepAlive;
+    }
   });
 
   it('a request whose body pauses for longer than the send time-out is not cut by it (nothing to send)', async () => {

@@ -14,8 +14,13 @@
  * - An answer whose bytes have not moved for the send time-out (SEND_TIMEOUT_SECONDS) closes its
  *   connection, as a web server's send time-out does: Node re-arms a socket's inactivity timer for
  *   as long as its writes progress, so a slow reader that keeps reading is not cut. A connection
- *   with nothing to write is left to the other time-outs (a request's body to
- *   REQUEST_TIMEOUT_SECONDS, an idle one to the keep-alive time-out).
+ *   with a request at work and nothing to write is left to the other time-outs (a body still
+ *   coming to REQUEST_TIMEOUT_SECONDS); one between requests is closed, as Node closes it at the
+ *   end of the keep-alive time-out when no one listens to the timer.
+ *
+ * A waiting request relies on the answer's `'socket'` event, which Node emits when it hands a
+ * connection to an answer (assignSocket; documented for a client's request only). A test counts
+ * the answers made for a connection that reads none, and fails should it stop coming.
  */
 import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
@@ -56,13 +61,17 @@ export function whenAnswerable(
 
 /**
  * Closes a connection whose answer's bytes have not moved for `sendTimeoutMs`. Node's inactivity
- * timer restarts on every read and write, and on its expiry is suppressed while the socket's
- * queue of unwritten bytes is shrinking; what is left here is a connection with bytes to send
- * that its client has not taken for the whole time.
+ * timer restarts on every read and write, and on its expiry is suppressed once if the socket's
+ * queue of unwritten bytes has changed since its last write, so a connection closes between one
+ * and two time-outs after its client stopped reading. The same timer ends a keep-alive
+ * connection's wait for its next request (Node sets it to the keep-alive time-out then), and a
+ * listener here takes over Node's own close: a connection with no answer in progress is closed
+ * too. One with an answer at work and nothing to write (a handler still running, a body still
+ * coming) is not.
  */
 export function closeStalledAnswers(server: Server, sendTimeoutMs: number): void {
   server.setTimeout(sendTimeoutMs);
-  server.on('timeout', (socket: Socket) => {
-    if (socket.writableLength > 0) socket.destroy();
+  server.on('timeout', (socket: Socket & { _httpMessage?: unknown }) => {
+    if (socket.writableLength > 0 || !socket._httpMessage) socket.destroy();
   });
 }
