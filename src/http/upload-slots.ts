@@ -61,8 +61,8 @@ export function registerUploadSlots(app: FastifyInstance, count = 4): Slots {
   app.addHook('onSend', (request, _reply, payload, done) => {
     const release = holders.get(request);
     if (release) {
-      // Its parsed body is let go with the slot: a queued answer keeps its reply, and the reply
-      // its request, alive until the answers before it are read (as long as a client likes).
+      // Its parsed body is let go with the slot: the reply keeps its request alive until its
+      // answer is wholly in the kernel, as long as a slow reader likes (SEND_TIMEOUT_SECONDS).
       (request as { body: unknown }).body = undefined;
       release();
     }
@@ -90,8 +90,8 @@ export function registerUploadSlots(app: FastifyInstance, count = 4): Slots {
         slots.release();
       };
       // A body that comes slower than SLOT_MIN_BYTES_PER_SECOND (a byte now and then, from a
-      // client holding slots on purpose, or one whose answers before it are left unread) gives
-      // its slot back with a 408, as Node's own request time-out answers (client-errors.ts).
+      // client holding slots on purpose) gives its slot back with a 408, as Node's own request
+      // time-out answers (client-errors.ts).
       const startedAt = performance.now();
       const startBytes = socket.bytesRead;
       const watch = setInterval(() => {
@@ -105,12 +105,12 @@ export function registerUploadSlots(app: FastifyInstance, count = 4): Slots {
         cutSlowBody(app, socket);
       }, SLOT_CHECK_MS);
       watch.unref();
-      // Given back once the answer is on its way, its parsed body let go (onSend): a pipelined
-      // answer waits for those before it, which a client that never reads them holds.
+      // Given back once the answer is on its way, its parsed body let go (onSend).
       holders.set(request, release);
-      // 'close' comes when the answer is sent and when the client goes away mid-upload. Not to
-      // an answer queued behind another on its connection (pipelined): Node closes no answer it
-      // has not yet given the socket, and the slot would be held for ever. So the socket's too.
+      // 'close' comes when the answer is sent and when the client goes away mid-upload. The
+      // socket's too: Node closes no answer it has not given the socket, and a slot held by one
+      // would be held for ever. (A request is served only once its answer has the socket,
+      // unread-answers.ts, so none should be; this is the safety net.)
       reply.raw.once('close', release);
       socket.once('close', release);
       if (reply.raw.destroyed || socket.destroyed) {
