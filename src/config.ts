@@ -32,6 +32,8 @@ export interface Config {
   webhookRetryBaseMs: number;
   webhookTimeoutMs: number;
   webhookConcurrency: number;
+  /** How long a finished webhook delivery and its attempts are kept (then removed by the sweep). */
+  webhookRetentionMs: number;
   /** How often the background sweep removes expired pastes. */
   sweepIntervalMs: number;
   logLevel: string;
@@ -267,6 +269,7 @@ export function loadConfig(env: Env = process.env): Config {
     webhookRetryBaseMs: readInteger(env, 'WEBHOOK_RETRY_BASE_MS', 30_000, 1, 86_400_000),
     webhookTimeoutMs: readInteger(env, 'WEBHOOK_TIMEOUT_MS', 10_000, 100, 120_000),
     webhookConcurrency: readInteger(env, 'WEBHOOK_CONCURRENCY', 8, 1, 256),
+    webhookRetentionMs: readInteger(env, 'WEBHOOK_RETENTION_DAYS', 30, 1, 3650) * 86_400_000,
     sweepIntervalMs: readInteger(env, 'SWEEP_INTERVAL_SECONDS', 60, 1, 86_400) * 1000,
     logLevel,
     notFoundLimitPerMinute: readInteger(env, 'NOT_FOUND_LIMIT_PER_MINUTE', 60, 0, 1_000_000_000),

@@ -21,13 +21,20 @@ export async function serve(config: Config): Promise<void> {
   const app = await buildApp({ config, services, logger });
   services.webhookWorker.start();
 
-  // D12: expired pastes answer 404 at once; this removes their rows within minutes.
+  // D12: expired pastes answer 404 at once; this removes their rows within minutes. Webhook
+  // deliveries finished more than WEBHOOK_RETENTION_DAYS ago go with them.
   const sweep = async () => {
     try {
       const removed = await services.pastes.sweepExpired();
       if (removed > 0) app.log.info({ removed }, 'expired pastes removed');
     } catch (err) {
       app.log.error({ err }, 'expiry sweep failed');
+    }
+    try {
+      const removed = await services.webhookWorker.pruneFinished();
+      if (removed > 0) app.log.info({ removed }, 'finished webhook deliveries removed');
+    } catch (err) {
+      app.log.error({ err }, 'webhook delivery pruning failed');
     }
   };
   const sweeper = setInterval(sweep, config.sweepIntervalMs);

@@ -171,6 +171,7 @@ export async function createServices(storage: Storage, options: ServiceOptions =
       timeoutMs: config.webhookTimeoutMs,
       retryBaseMs: config.webhookRetryBaseMs,
       allowPrivate: config.webhookAllowPrivate,
+      retentionMs: config.webhookRetentionMs,
     },
     options.logger ?? silentLogger,
   );

@@ -999,6 +999,7 @@ describe('POST /api/v1/paste: public flag (D22) and password (D13)', () => {
     assert.deepEqual(await migrateToLatest(server.services.storage), [
       '0009_public_only_where_it_applies',
       '0010_counts_past_2_31',
+      '0011_webhook_deliveries_finished',
     ]);
     const rows = await server.sql<{ id: string; is_public: number }>(
       `SELECT id, is_public FROM pastes WHERE id IN ('${id}', '${plain.body.data.paste_id}') ORDER BY id`,

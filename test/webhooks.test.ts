@@ -28,9 +28,10 @@ import { openStorage } from '../src/storage/database.js';
 import { migrateToLatest } from '../src/storage/migrations.js';
 import { WebhookRepository } from '../src/storage/webhook-repository.js';
 import { lookupTurns, refusingLookup } from '../src/webhooks/address-guard.js';
-import { DeliveryWorker } from '../src/webhooks/delivery-worker.js';
+import { DeliveryWorker, PRUNE_BATCH } from '../src/webhooks/delivery-worker.js';
 import { MAX_ATTEMPTS, retryDelayMs } from '../src/webhooks/retry-schedule.js';
 import { encryptForTest, freePort, freshDatabase, request, startServer, type TestServer } from './helpers.js';
+import { startServerProcess } from './server-process.js';
 
 const SECOND = 1000;
 const HOUR = 3_600_000;
@@ -1139,7 +1140,14 @@ describe('stopping the delivery worker (D21)', () => {
       })
       .execute();
     const silent = { info() {}, warn() {}, error() {} };
-    const options = { concurrency: 2, pollMs: 60_000, timeoutMs: 2000, retryBaseMs: 50, allowPrivate: true };
+    const options = {
+      concurrency: 2,
+      pollMs: 60_000,
+      timeoutMs: 2000,
+      retryBaseMs: 50,
+      allowPrivate: true,
+      retentionMs: 86_400_000,
+    };
     const worker = new DeliveryWorker(new WebhookRepository(storage.db, storage.dialect), Date.now, options, silent);
 
     let letGo = () => {};
@@ -1178,6 +1186,175 @@ describe('stopping the delivery worker (D21)', () => {
     next.start();
     defer(t, () => next.stop(1000));
     await receiver.waitFor(1, 5000);
+  });
+});
+
+describe('finished deliveries kept for WEBHOOK_RETENTION_DAYS', () => {
+  const DAY = 86_400_000;
+  const URL_IN = 'https://hooks.example/in';
+
+  /** A fresh, migrated storage with a key `keyId` that has a webhook. */
+  async function storageWithHookedKey(t: TestContext, keyId: string, createdAt: number) {
+    const database = await freshDatabase();
+    defer(t, () => database.drop());
+    const storage = openStorage(database.url);
+    defer(t, () => storage.close());
+    await migrateToLatest(storage);
+    await storage.db
+      .insertInto('api_keys')
+      .values({
+        id: keyId,
+        name: keyId,
+        digest: randomBytes(32).toString('hex'),
+        active: 1,
+        hourly_limit: 0,
+        daily_limit: 0,
+        monthly_limit: 0,
+        webhook_url: URL_IN,
+        webhook_secret: `whsec_${randomBytes(24).toString('base64')}`,
+        created_at: createdAt,
+      })
+      .execute();
+    return { database, storage };
+  }
+
+  /** A delivery of the key's, made at `createdAt`, in `status` since `finishedAt` (null: not finished). */
+  const delivery = (
+    keyId: string,
+    id: string,
+    status: 'pending' | 'delivered' | 'failed' | 'gone',
+    createdAt: number,
+    finishedAt: number | null,
+  ) => ({
+    id,
+    key_id: keyId,
+    paste_id: `p_${id}`,
+    url: URL_IN,
+    payload: '{}',
+    status,
+    attempts: 1,
+    next_attempt_at: createdAt,
+    locked_until: null,
+    locked_by: null,
+    last_status_code: null,
+    last_error: null,
+    created_at: createdAt,
+    finished_at: finishedAt,
+  });
+
+  it('is 30 days by default, from 1 to 3650', () => {
+    assert.equal(loadConfig({}).webhookRetentionMs, 30 * DAY);
+    assert.equal(loadConfig({ WEBHOOK_RETENTION_DAYS: '7' }).webhookRetentionMs, 7 * DAY);
+    for (const bad of ['0', '3651', 'forever']) {
+      assert.throws(() => loadConfig({ WEBHOOK_RETENTION_DAYS: bad }), /WEBHOOK_RETENTION_DAYS/);
+    }
+  });
+
+  // On SQLite and on PostgreSQL: the worker's pruning over the real outbox.
+  it('removes the deliveries finished before it with their attempts, batch by batch; pending ones, however old, and recent ones stay', async (t) => {
+    const now = Date.UTC(2026, 11, 7, 12);
+    const { storage } = await storageWithHookedKey(t, 'key_prune', now - 90 * DAY);
+    const made = now - 60 * DAY;
+    // More old ones than one batch takes, each of the finished kinds among them.
+    const kinds = ['delivered', 'failed', 'gone'] as const;
+    const old = Array.from({ length: PRUNE_BATCH + 20 }, (_, i) =>
+      delivery('key_prune', `msg_old_${i}`, kinds[i % 3] as 'delivered', made, now - 30 * DAY - 1 - i * 60_000),
+    );
+    const kept = [
+      delivery('key_prune', 'msg_pending', 'pending', made, null),
+      delivery('key_prune', 'msg_recent', 'delivered', made, now - 30 * DAY + 60_000),
+    ];
+    for (let i = 0; i < old.length; i += 200) {
+      await storage.db
+        .insertInto('webhook_deliveries')
+        .values(old.slice(i, i + 200))
+        .execute();
+    }
+    await storage.db.insertInto('webhook_deliveries').values(kept).execute();
+    const attempts = [...old, ...kept].flatMap((d) =>
+      [1, 2].map((n) => ({
+        id: `att_${d.id}_${n}`,
+        delivery_id: d.id,
+        attempted_at: now - 60 * DAY + n,
+        status_code: 500,
+        error: null,
+        duration_ms: 5,
+      })),
+    );
+    for (let i = 0; i < attempts.length; i += 200) {
+      await storage.db
+        .insertInto('webhook_attempts')
+        .values(attempts.slice(i, i + 200))
+        .execute();
+    }
+
+    const silent = { info() {}, warn() {}, error() {} };
+    const repository = new WebhookRepository(storage.db, storage.dialect);
+    const batches: number[] = [];
+    const pruneFinished = repository.pruneFinished.bind(repository);
+    repository.pruneFinished = async (cutoff, limit) => {
+      const removed = await pruneFinished(cutoff, limit);
+      batches.push(removed);
+      return removed;
+    };
+    const options = { concurrency: 1, pollMs: 60_000, timeoutMs: 2000, retryBaseMs: 50, allowPrivate: false };
+    const worker = new DeliveryWorker(repository, () => now, { ...options, retentionMs: 30 * DAY }, silent);
+
+    assert.equal(await worker.pruneFinished(), PRUNE_BATCH + 20);
+    assert.deepEqual(batches, [PRUNE_BATCH, 20]);
+    const left = await storage.db.selectFrom('webhook_deliveries').select('id').orderBy('id').execute();
+    assert.deepEqual(
+      left.map((row) => row.id),
+      ['msg_pending', 'msg_recent'],
+    );
+    const attemptsLeft = await storage.db.selectFrom('webhook_attempts').select('delivery_id').execute();
+    assert.deepEqual([...new Set(attemptsLeft.map((row) => row.delivery_id))].sort(), ['msg_pending', 'msg_recent']);
+    assert.equal(attemptsLeft.length, 4);
+    // Nothing more to remove: one query that finds nothing, through the index on finished_at.
+    batches.length = 0;
+    assert.equal(await worker.pruneFinished(), 0);
+    assert.deepEqual(batches, [0]);
+    const index =
+      storage.dialect === 'postgres'
+        ? sql<{ name: string }>`SELECT indexname AS name FROM pg_indexes WHERE tablename = 'webhook_deliveries'`
+        : sql<{
+            name: string;
+          }>`SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'webhook_deliveries'`;
+    const names = (await index.execute(storage.db)).rows.map((row) => row.name);
+    assert.ok(names.includes('webhook_deliveries_finished'), names.join(', '));
+  });
+
+  it('`serve` removes them in its sweep, logging how many', async (t) => {
+    const now = Date.now();
+    const { database, storage } = await storageWithHookedKey(t, 'key_serve', now - 9 * DAY);
+    await storage.db
+      .insertInto('webhook_deliveries')
+      .values([
+        delivery('key_serve', 'msg_week_old', 'delivered', now - 9 * DAY, now - 8 * DAY),
+        delivery('key_serve', 'msg_today', 'delivered', now - 9 * DAY, now - 60_000),
+      ])
+      .execute();
+    const server = await startServerProcess({
+      DATABASE_URL: database.url,
+      WEBHOOK_RETENTION_DAYS: '7',
+      LOG_LEVEL: 'info',
+    });
+    defer(t, () => server.stop());
+    let left: string[] = [];
+    for (let waited = 0; waited < 15_000; waited += 100) {
+      left = (await storage.db.selectFrom('webhook_deliveries').select('id').execute()).map((r) => r.id);
+      if (left.length === 1) break;
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+    assert.deepEqual(left, ['msg_today']);
+    for (
+      let waited = 0;
+      waited < 5_000 && !server.output().includes('finished webhook deliveries removed');
+      waited += 100
+    ) {
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+    assert.match(server.output(), /"removed":1,.*"msg":"finished webhook deliveries removed"/);
   });
 });
 

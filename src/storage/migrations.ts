@@ -247,6 +247,18 @@ const migrations: Record<string, Migration> = {
       await sql`ALTER TABLE rate_limit_counters ALTER COLUMN points TYPE bigint`.execute(db);
     },
   },
+  '0011_webhook_deliveries_finished': {
+    async up(db: Kysely<unknown>) {
+      // Finished deliveries are removed after WEBHOOK_RETENTION_DAYS, oldest first: found by
+      // this index, not by reading every delivery each sweep.
+      await db.schema
+        .createIndex('webhook_deliveries_finished')
+        .ifNotExists()
+        .on('webhook_deliveries')
+        .column('finished_at')
+        .execute();
+    },
+  },
 };
 
 // biome-ignore lint/suspicious/noExplicitAny: see migrateOn

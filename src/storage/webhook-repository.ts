@@ -129,6 +129,30 @@ export class WebhookRepository {
       .execute();
   }
 
+  /**
+   * Removes up to `limit` deliveries finished before `cutoff`, oldest first, with their attempts;
+   * returns how many. One not finished (pending, however old) is never removed. On PostgreSQL the
+   * rows are locked first, so a requeue waits and then finds them gone, rather than keeping a
+   * delivery whose attempts were removed.
+   */
+  async pruneFinished(cutoff: number, limit: number): Promise<number> {
+    return this.db.transaction().execute(async (trx) => {
+      const rows = await trx
+        .selectFrom('webhook_deliveries')
+        .select('id')
+        .where('finished_at', '<', cutoff)
+        .orderBy('finished_at')
+        .limit(limit)
+        .$if(this.dialect === 'postgres', (q) => q.forUpdate())
+        .execute();
+      if (rows.length === 0) return 0;
+      const ids = rows.map((row) => row.id);
+      await trx.deleteFrom('webhook_attempts').where('delivery_id', 'in', ids).execute();
+      const removed = await trx.deleteFrom('webhook_deliveries').where('id', 'in', ids).executeTakeFirst();
+      return Number(removed.numDeletedRows);
+    });
+  }
+
   /** Schedules the next attempt and releases the claim. */
   async reschedule(
     id: string,

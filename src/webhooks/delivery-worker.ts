@@ -16,6 +16,9 @@ const NO_OTHER_KEY_MS = 1000;
 /** The shortest gap between two polls brought on by wakes. */
 const WAKE_GAP_MS = 50;
 
+/** Finished deliveries removed a transaction at a time (pruneFinished). */
+export const PRUNE_BATCH = 500;
+
 export interface WorkerOptions {
   /** Deliveries in flight at once. */
   concurrency: number;
@@ -26,6 +29,8 @@ export interface WorkerOptions {
   /** First retry delay; doubles per attempt (WEBHOOK_RETRY_BASE_MS). */
   retryBaseMs: number;
   allowPrivate: boolean;
+  /** How long a finished delivery and its attempts are kept (WEBHOOK_RETENTION_DAYS). */
+  retentionMs: number;
 }
 
 interface Logger {
@@ -97,6 +102,22 @@ export class DeliveryWorker {
     if (this.claimsHeld === 0) return;
     await this.repository.releaseClaims(this.id);
     this.claimsHeld = 0;
+  }
+
+  /**
+   * Removes the deliveries finished more than the retention ago, with their attempts, oldest
+   * first, PRUNE_BATCH a transaction, the event loop free between two; returns how many. Those
+   * not finished stay, however old: a delivery is at least once (D21).
+   */
+  async pruneFinished(): Promise<number> {
+    const cutoff = this.clock() - this.options.retentionMs;
+    let removed = 0;
+    for (;;) {
+      const batch = await this.repository.pruneFinished(cutoff, PRUNE_BATCH);
+      removed += batch;
+      if (batch < PRUNE_BATCH) return removed;
+      await new Promise((resolve) => setImmediate(resolve));
+    }
   }
 
   private schedule(delayMs: number): void {
