@@ -161,7 +161,7 @@ export async function createServices(storage: Storage, options: ServiceOptions =
   }
   const presenter = new PastePresenter(config.baseUrl);
   const outbox = new WebhookOutbox(presenter);
-  const webhooks = new WebhookRepository(storage.db, storage.dialect);
+  const webhooks = new WebhookRepository(storage.db, storage.dialect, storage.sqlite);
   const webhookWorker = new DeliveryWorker(
     webhooks,
     clock,

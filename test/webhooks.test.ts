@@ -338,6 +338,7 @@ const SETTINGS = [
   'WEBHOOK_RETRY_BASE_MS',
   'WEBHOOK_TIMEOUT_MS',
   'WEBHOOK_CONCURRENCY',
+  'WEBHOOK_RETENTION_DAYS',
   'SWEEP_INTERVAL_SECONDS',
   'LOG_LEVEL',
   'NODE_TEST_CONTEXT',
@@ -1263,6 +1264,8 @@ describe('finished deliveries kept for WEBHOOK_RETENTION_DAYS', () => {
     const kept = [
       delivery('key_prune', 'msg_pending', 'pending', made, null),
       delivery('key_prune', 'msg_recent', 'delivered', made, now - 30 * DAY + 60_000),
+      // Finished exactly at the cutoff: not before it.
+      delivery('key_prune', 'msg_at_cutoff', 'failed', made, now - 30 * DAY),
     ];
     for (let i = 0; i < old.length; i += 200) {
       await storage.db
@@ -1291,25 +1294,45 @@ describe('finished deliveries kept for WEBHOOK_RETENTION_DAYS', () => {
     const silent = { info() {}, warn() {}, error() {} };
     const repository = new WebhookRepository(storage.db, storage.dialect);
     const batches: number[] = [];
+    let afterFirst: string[] = [];
     const pruneFinished = repository.pruneFinished.bind(repository);
     repository.pruneFinished = async (cutoff, limit) => {
       const removed = await pruneFinished(cutoff, limit);
       batches.push(removed);
+      if (batches.length === 1) {
+        afterFirst = (await storage.db.selectFrom('webhook_deliveries').select('id').execute()).map((row) => row.id);
+      }
       return removed;
     };
     const options = { concurrency: 1, pollMs: 60_000, timeoutMs: 2000, retryBaseMs: 50, allowPrivate: false };
     const worker = new DeliveryWorker(repository, () => now, { ...options, retentionMs: 30 * DAY }, silent);
 
+    // A stopped worker prunes nothing (a sweep that ends during shutdown).
+    const stopped = new DeliveryWorker(repository, () => now, { ...options, retentionMs: 30 * DAY }, silent);
+    await stopped.stop(0);
+    assert.equal(await stopped.pruneFinished(), 0);
+    assert.deepEqual(batches, []);
+
     assert.equal(await worker.pruneFinished(), PRUNE_BATCH + 20);
     assert.deepEqual(batches, [PRUNE_BATCH, 20]);
+    // Oldest first: the first batch left the 20 old ones finished last (msg_old_0 to _19).
+    const oldLeft = afterFirst.filter((id) => id.startsWith('msg_old_'));
+    assert.deepEqual(
+      oldLeft.map((id) => Number(id.slice('msg_old_'.length))).sort((x, y) => x - y),
+      Array.from({ length: 20 }, (_, i) => i),
+    );
     const left = await storage.db.selectFrom('webhook_deliveries').select('id').orderBy('id').execute();
     assert.deepEqual(
       left.map((row) => row.id),
-      ['msg_pending', 'msg_recent'],
+      ['msg_at_cutoff', 'msg_pending', 'msg_recent'],
     );
     const attemptsLeft = await storage.db.selectFrom('webhook_attempts').select('delivery_id').execute();
-    assert.deepEqual([...new Set(attemptsLeft.map((row) => row.delivery_id))].sort(), ['msg_pending', 'msg_recent']);
-    assert.equal(attemptsLeft.length, 4);
+    assert.deepEqual([...new Set(attemptsLeft.map((row) => row.delivery_id))].sort(), [
+      'msg_at_cutoff',
+      'msg_pending',
+      'msg_recent',
+    ]);
+    assert.equal(attemptsLeft.length, 6);
     // Nothing more to remove: one query that finds nothing, through the index on finished_at.
     batches.length = 0;
     assert.equal(await worker.pruneFinished(), 0);

@@ -3,6 +3,7 @@
  * PostgreSQL) and updates them: two workers (in one process or many) never hold the same
  * delivery, and a claim whose worker died expires with its lease.
  */
+import type BetterSqlite3 from 'better-sqlite3';
 import type { ExpressionBuilder, Insertable, Kysely, Selectable } from 'kysely';
 import type { Dialect } from './database.js';
 import type { Database, DeliveryStatus, WebhookAttemptTable, WebhookDeliveryTable } from './schema.js';
@@ -24,11 +25,32 @@ function freeAt(now: number) {
     eb.and([eb('status', '=', 'pending'), eb.or([eb('locked_until', 'is', null), eb('locked_until', '<', now)])]);
 }
 
+/** The finished deliveries a batch removes, oldest first (SQLite: the same in both statements of its transaction). */
+const FINISHED_BATCH_SQLITE =
+  'SELECT id FROM webhook_deliveries WHERE finished_at < ? ORDER BY finished_at, id LIMIT ?';
+
 export class WebhookRepository {
+  /**
+   * On SQLite, a batch of pruneFinished as one synchronous transaction on the handle (wrapped by
+   * the write gate): it holds the event loop for its own work only, and no transaction stays
+   * open across turns for the hot reads and group commits to meet (as the expiry sweep's batch).
+   */
+  private readonly pruneBatch: ((cutoff: number, limit: number) => number) | null = null;
+
   constructor(
     private readonly db: Kysely<Database>,
     private readonly dialect: Dialect,
-  ) {}
+    private readonly sqlite: BetterSqlite3.Database | null = null,
+  ) {
+    if (sqlite) {
+      const attempts = sqlite.prepare(`DELETE FROM webhook_attempts WHERE delivery_id IN (${FINISHED_BATCH_SQLITE})`);
+      const deliveries = sqlite.prepare(`DELETE FROM webhook_deliveries WHERE id IN (${FINISHED_BATCH_SQLITE})`);
+      this.pruneBatch = sqlite.transaction((cutoff: number, limit: number) => {
+        attempts.run(cutoff, limit);
+        return deliveries.run(cutoff, limit).changes;
+      });
+    }
+  }
 
   /** Queues a delivery; called inside the transaction that inserts the paste. */
   static async enqueue(trx: Kysely<Database>, row: Insertable<WebhookDeliveryTable>): Promise<void> {
@@ -131,24 +153,30 @@ export class WebhookRepository {
 
   /**
    * Removes up to `limit` deliveries finished before `cutoff`, oldest first, with their attempts;
-   * returns how many. One not finished (pending, however old) is never removed. On PostgreSQL the
-   * rows are locked first, so a requeue waits and then finds them gone, rather than keeping a
-   * delivery whose attempts were removed.
+   * returns how many. One not finished (pending, however old) is never removed. On PostgreSQL
+   * the rows are locked first (SKIP LOCKED: two instances' prunes share the rows out), so a
+   * requeue waits and then finds them gone, rather than keeping a delivery whose attempts went.
    */
   async pruneFinished(cutoff: number, limit: number): Promise<number> {
+    if (this.pruneBatch && !this.sqlite?.inTransaction) return this.pruneBatch(cutoff, limit);
     return this.db.transaction().execute(async (trx) => {
       const rows = await trx
         .selectFrom('webhook_deliveries')
         .select('id')
         .where('finished_at', '<', cutoff)
         .orderBy('finished_at')
+        .orderBy('id')
         .limit(limit)
-        .$if(this.dialect === 'postgres', (q) => q.forUpdate())
+        .$if(this.dialect === 'postgres', (q) => q.forUpdate().skipLocked())
         .execute();
       if (rows.length === 0) return 0;
       const ids = rows.map((row) => row.id);
       await trx.deleteFrom('webhook_attempts').where('delivery_id', 'in', ids).execute();
-      const removed = await trx.deleteFrom('webhook_deliveries').where('id', 'in', ids).executeTakeFirst();
+      const removed = await trx
+        .deleteFrom('webhook_deliveries')
+        .where('id', 'in', ids)
+        .where('finished_at', '<', cutoff)
+        .executeTakeFirst();
       return Number(removed.numDeletedRows);
     });
   }
