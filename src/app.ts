@@ -21,6 +21,7 @@ import { type NotFoundThrottle, registerNotFoundThrottle } from './http/not-foun
 import { type JsonBodyParser, registerBodyParsers } from './http/request-bodies.js';
 import { RequestsInFlight } from './http/requests-in-flight.js';
 import { SECURITY_HEADERS } from './http/security-headers.js';
+import { boundUnsentBytes } from './http/unread-answers.js';
 import { registerUploadSlots } from './http/upload-slots.js';
 import { readPageParts, registerWebRoutes } from './http/web/web-routes.js';
 import type { Services } from './services.js';
@@ -224,6 +225,13 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   });
   answerUnmetExpectations(app.server);
   refuseConnect(app.server);
+  // Answers no one reads hold at most MAX_UNSENT_MB in all (unread-answers.ts).
+  boundUnsentBytes(app.server, config.maxUnsentBytes, (closed, bytes) =>
+    app.log.warn(
+      { closed, unsentMb: Math.round(bytes / 1048576) },
+      'closed connections whose clients read none of their answers: MAX_UNSENT_MB reached',
+    ),
+  );
   app.addHook('preClose', (done) => {
     lane.closing = true;
     // An answer whose head went out before the close (the lane's answers of this turn, whose

@@ -45,6 +45,8 @@ export interface Config {
   headersTimeoutMs: number;
   /** Time an answer's bytes may wait for its client to read any of them; then the connection closes. */
   sendTimeoutMs: number;
+  /** Bytes all connections may hold in answers their clients have not read (unread-answers.ts). */
+  maxUnsentBytes: number;
   /** Time the requests in flight at SIGTERM get to finish before their connections are closed. */
   shutdownTimeoutMs: number;
 }
@@ -276,6 +278,7 @@ export function loadConfig(env: Env = process.env): Config {
     requestTimeoutMs: requestTimeoutSeconds * 1000,
     headersTimeoutMs: headersTimeoutSeconds * 1000,
     sendTimeoutMs: readInteger(env, 'SEND_TIMEOUT_SECONDS', 60, 1, 3600) * 1000,
+    maxUnsentBytes: readInteger(env, 'MAX_UNSENT_MB', 256, 1, 65_536) * 1024 * 1024,
     shutdownTimeoutMs: readInteger(env, 'SHUTDOWN_TIMEOUT_SECONDS', 5, 1, 3600) * 1000,
   };
 }

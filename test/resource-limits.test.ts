@@ -785,7 +785,7 @@ describe('slow clients are cut off (HEADERS_TIMEOUT_SECONDS, REQUEST_TIMEOUT_SEC
   });
 });
 
-describe('answers a client does not read (SEND_TIMEOUT_SECONDS)', () => {
+describe('answers a client does not read (SEND_TIMEOUT_SECONDS, MAX_UNSENT_MB)', () => {
   let server: TestServer;
   let port: number;
   let id: string;
@@ -864,10 +864,12 @@ describe('answers a client does not read (SEND_TIMEOUT_SECONDS)', () => {
     }
   }
 
-  it('the default is 60 s', () => {
+  it('the defaults are 60 s and 256 MB', () => {
     assert.equal(loadConfig({}).sendTimeoutMs, 60_000);
+    assert.equal(loadConfig({}).maxUnsentBytes, 256 * 1024 * 1024);
     for (const bad of ['0', 'never', '-1']) {
       assert.throws(() => loadConfig({ SEND_TIMEOUT_SECONDS: bad }), /SEND_TIMEOUT_SECONDS/);
+      assert.throws(() => loadConfig({ MAX_UNSENT_MB: bad }), /MAX_UNSENT_MB/);
     }
   });
 
@@ -952,6 +954,46 @@ describe('answers a client does not read (SEND_TIMEOUT_SECONDS)', () => {
       assert.ok(closedAfterMs >= 300, `closed after ${Math.round(closedAfterMs)} ms, before its keep-alive time-out`);
     } finally {
       http.keepAliveTimeout = keepAlive;
+    }
+  });
+
+  it('past MAX_UNSENT_MB in all, connections whose answers stand unread are closed, largest first, until the rest fit; the kept one is served whole', async () => {
+    const lines: Array<{ msg?: string; closed?: number }> = [];
+    const logger = pino({ level: 'warn' }, { write: (line: string) => lines.push(JSON.parse(line)) });
+    // A send time-out far off: only the bound closes them. 6 MB holds one 4 MB answer, not two.
+    const bounded = await startServer({
+      env: { SEND_TIMEOUT_SECONDS: '600', MAX_UNSENT_MB: '6' },
+      databaseUrl: server.databaseUrl,
+      logger,
+    });
+    const boundedPort = Number(new URL(bounded.url).port);
+    const sockets = Array.from({ length: 4 }, () => {
+      const socket = net.connect(boundedPort, '127.0.0.1');
+      socket.on('error', () => {});
+      socket.pause();
+      // Two answers each: should the kernel take all of the first, the second stands in the process.
+      const get = `GET /raw/${id} HTTP/1.1\r\nHost: 127.0.0.1\r\n`;
+      socket.write(`${get}\r\n${get}Connection: close\r\n\r\n`);
+      return socket;
+    });
+    try {
+      // Two checks a second apart see them stand still; then three go.
+      await new Promise((resolve) => setTimeout(resolve, 3_500));
+      const results = await Promise.all(
+        sockets.map((socket) => readOff(socket, 1 << 30, 10, Number.POSITIVE_INFINITY)),
+      );
+      const wholeAnswers = ({ text }: { text: string }) =>
+        text
+          .split('HTTP/1.1 200 OK\r\n')
+          .slice(1)
+          .filter((answer) => answer.length - answer.indexOf('\r\n\r\n') - 4 === size).length;
+      const servedWhole = results.filter((result) => wholeAnswers(result) === 2);
+      assert.equal(servedWhole.length, 1, results.map(({ got }) => got).join(', '));
+      const shed = lines.find((line) => line.msg?.includes('MAX_UNSENT_MB'));
+      assert.equal(shed?.closed, 3, JSON.stringify(lines));
+    } finally {
+      for (const socket of sockets) socket.destroy();
+      await bounded.close();
     }
   });
 

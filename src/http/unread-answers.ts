@@ -11,6 +11,11 @@
  *   one turn; each would otherwise be answered at once and its bytes kept until the ones before
  *   it were read.
  * - At most MAX_QUEUED_ANSWERS requests waiting so: past it the connection is closed.
+ * - The bytes all connections hold in answers the kernel has not taken are bounded
+ *   (MAX_UNSENT_MB): past the bound, the connections whose bytes did not move since the last
+ *   check are closed, largest first, until it holds. Many clients (or one with many addresses)
+ *   that each stop reading one large answer would otherwise hold about its size apiece until
+ *   their time-outs, however many they are.
  * - An answer whose bytes have not moved for the send time-out (SEND_TIMEOUT_SECONDS) closes its
  *   connection, as a web server's send time-out does: Node re-arms a socket's inactivity timer for
  *   as long as its writes progress, so a slow reader that keeps reading is not cut. A connection
@@ -74,4 +79,61 @@ export function closeStalledAnswers(server: Server, sendTimeoutMs: number): void
   server.on('timeout', (socket: Socket & { _httpMessage?: unknown }) => {
     if (socket.writableLength > 0 || !socket._httpMessage) socket.destroy();
   });
+}
+
+/** How often boundUnsentBytes adds up what the connections hold. */
+export const UNSENT_CHECK_MS = 1000;
+
+/** Bytes the kernel has yet to take of what libuv was handed (Node reads it for its time-outs). */
+function queuedInLibuv(socket: Socket): number {
+  return (socket as Socket & { _handle?: { writeQueueSize?: number } })._handle?.writeQueueSize ?? 0;
+}
+
+/**
+ * Every UNSENT_CHECK_MS, adds up the bytes each connection holds unsent (its writable length: an
+ * answer's buffer is held whole until the kernel has taken all of it). Past `limitBytes`, closes
+ * the connections whose queue has not moved since the check before, largest first, until the
+ * rest fit, and tells `onShed` how many and how much. A connection whose client reads is never
+ * among them; one that just got its answer is not either, until a check has seen it stand still.
+ */
+export function boundUnsentBytes(
+  server: Server,
+  limitBytes: number,
+  onShed: (closed: number, bytes: number) => void,
+  checkMs = UNSENT_CHECK_MS,
+): void {
+  const sockets = new Set<Socket>();
+  const queuedAtLastCheck = new WeakMap<Socket, number>();
+  server.on('connection', (socket: Socket) => {
+    sockets.add(socket);
+    socket.once('close', () => sockets.delete(socket));
+  });
+  const check = () => {
+    let total = 0;
+    const stalled: Socket[] = [];
+    for (const socket of sockets) {
+      const unsent = socket.writableLength;
+      if (unsent === 0) continue;
+      total += unsent;
+      const queued = queuedInLibuv(socket);
+      if (queuedAtLastCheck.get(socket) === queued) stalled.push(socket);
+      queuedAtLastCheck.set(socket, queued);
+    }
+    if (total <= limitBytes || stalled.length === 0) return;
+    stalled.sort((a, b) => b.writableLength - a.writableLength);
+    let closed = 0;
+    let freed = 0;
+    for (const socket of stalled) {
+      if (total <= limitBytes) break;
+      const unsent = socket.writableLength;
+      total -= unsent;
+      freed += unsent;
+      closed++;
+      socket.destroy();
+    }
+    onShed(closed, freed);
+  };
+  const timer = setInterval(check, checkMs);
+  timer.unref();
+  server.once('close', () => clearInterval(timer));
 }
