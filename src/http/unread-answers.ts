@@ -11,11 +11,11 @@
  *   one turn; each would otherwise be answered at once and its bytes kept until the ones before
  *   it were read.
  * - At most MAX_QUEUED_ANSWERS requests waiting so: past it the connection is closed.
- * - The bytes all connections hold in answers the kernel has not taken are bounded
- *   (MAX_UNSENT_MB): past the bound, the connections whose bytes did not move since the last
- *   check are closed, largest first, until it holds. Many clients (or one with many addresses)
- *   that each stop reading one large answer would otherwise hold about its size apiece until
- *   their time-outs, however many they are.
+ * - What all connections hold in answers the kernel has not taken is bounded (MAX_UNSENT_MB):
+ *   past the bound, the connections whose bytes have not moved for STALLED_MS are closed,
+ *   largest first, until it holds. Many clients (or one with many addresses) that each stop
+ *   reading one large answer would otherwise hold about its size apiece until their time-outs,
+ *   however many they are. Clients that read on, however slowly, are bounded by neither.
  * - An answer whose bytes have not moved for the send time-out (SEND_TIMEOUT_SECONDS) closes its
  *   connection, as a web server's send time-out does: Node re-arms a socket's inactivity timer for
  *   as long as its writes progress, so a slow reader that keeps reading is not cut. A connection
@@ -84,40 +84,59 @@ export function closeStalledAnswers(server: Server, sendTimeoutMs: number): void
 /** How often boundUnsentBytes adds up what the connections hold. */
 export const UNSENT_CHECK_MS = 1000;
 
-/** Bytes the kernel has yet to take of what libuv was handed (Node reads it for its time-outs). */
-function queuedInLibuv(socket: Socket): number {
-  return (socket as Socket & { _handle?: { writeQueueSize?: number } })._handle?.writeQueueSize ?? 0;
+/**
+ * How long a connection's bytes must have stood still for boundUnsentBytes to close it. The
+ * kernel wakes a writer only once a good part of its send buffer (up to 4 MB) has drained, so a
+ * reader that keeps reading shows no progress for seconds at a time: a second's standstill
+ * would take a reader of a few hundred KB/s for one that stopped.
+ */
+export const STALLED_MS = 10_000;
+
+/**
+ * Bytes of the connection the kernel has taken: what Node handed libuv less what libuv still
+ * holds (both read by Node itself for its time-outs). It grows only when the client reads.
+ */
+function bytesTaken(socket: Socket): number {
+  const internal = socket as Socket & { _bytesDispatched?: number; _handle?: { writeQueueSize?: number } };
+  return (internal._bytesDispatched ?? 0) - (internal._handle?.writeQueueSize ?? 0);
 }
 
 /**
- * Every UNSENT_CHECK_MS, adds up the bytes each connection holds unsent (its writable length: an
- * answer's buffer is held whole until the kernel has taken all of it). Past `limitBytes`, closes
- * the connections whose queue has not moved since the check before, largest first, until the
- * rest fit, and tells `onShed` how many and how much. A connection whose client reads is never
- * among them; one that just got its answer is not either, until a check has seen it stand still.
+ * Every UNSENT_CHECK_MS, adds up what each connection holds unsent (its writable length: an
+ * answer's buffer is held whole until the kernel has taken all of it; a string counts its
+ * characters, up to three bytes each in UTF-8). Past `limitBytes`, closes the connections whose
+ * taken bytes have not grown for `stalledMs`, largest first, until the rest fit, and tells
+ * `onShed` how many and how much.
  */
 export function boundUnsentBytes(
   server: Server,
   limitBytes: number,
   onShed: (closed: number, bytes: number) => void,
   checkMs = UNSENT_CHECK_MS,
+  stalledMs = STALLED_MS,
 ): void {
   const sockets = new Set<Socket>();
-  const queuedAtLastCheck = new WeakMap<Socket, number>();
+  /** Each connection with bytes unsent: what the kernel had taken, and since when. */
+  const progress = new WeakMap<Socket, { taken: number; since: number }>();
   server.on('connection', (socket: Socket) => {
     sockets.add(socket);
     socket.once('close', () => sockets.delete(socket));
   });
   const check = () => {
+    const now = performance.now();
     let total = 0;
     const stalled: Socket[] = [];
     for (const socket of sockets) {
       const unsent = socket.writableLength;
-      if (unsent === 0) continue;
+      if (unsent === 0) {
+        progress.delete(socket);
+        continue;
+      }
       total += unsent;
-      const queued = queuedInLibuv(socket);
-      if (queuedAtLastCheck.get(socket) === queued) stalled.push(socket);
-      queuedAtLastCheck.set(socket, queued);
+      const taken = bytesTaken(socket);
+      const last = progress.get(socket);
+      if (last === undefined || last.taken !== taken) progress.set(socket, { taken, since: now });
+      else if (now - last.since >= stalledMs) stalled.push(socket);
     }
     if (total <= limitBytes || stalled.length === 0) return;
     stalled.sort((a, b) => b.writableLength - a.writableLength);
