@@ -21,7 +21,7 @@ import { heapFlagsFor, POSTGRES_HEAP_GROWING_PERCENT } from '../src/heap-growth.
 import { ErrorLog } from '../src/http/error-log.js';
 import { FastLane, serverWithFastLane } from '../src/http/fast-lane.js';
 import { readLimited } from '../src/http/request-bodies.js';
-import { MAX_QUEUED_ANSWERS } from '../src/http/unread-answers.js';
+import { MAX_WAITING_REQUESTS } from '../src/http/unread-answers.js';
 import { SLOT_CHECK_MS, SLOT_GRACE_MS } from '../src/http/upload-slots.js';
 import { KEY_CACHE_MS } from '../src/keys/key-service.js';
 import { OwnerListing } from '../src/pastes/owner-listing.js';
@@ -1839,17 +1839,17 @@ describe('the fast lane', () => {
     }
   });
 
-  it(`a connection that pipelines past ${MAX_QUEUED_ANSWERS} answers waiting is closed; up to it every answer comes, in order`, async () => {
+  it(`a connection that pipelines past ${MAX_WAITING_REQUESTS} requests waiting is closed; up to it every answer comes, in order`, async () => {
     const server = await startServer();
     try {
       const key = await server.createKey({ hourly: 1000 });
       const id = await createPaste(server, key, { content: 'pipelined paste' });
       const get = `GET /raw/${id} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n`;
-      const within = await pipelinedAnswers(server.url, Array(MAX_QUEUED_ANSWERS).fill(get));
-      assert.equal(within.length, MAX_QUEUED_ANSWERS);
+      const within = await pipelinedAnswers(server.url, Array(MAX_WAITING_REQUESTS).fill(get));
+      assert.equal(within.length, MAX_WAITING_REQUESTS);
       assert.ok(within.every((answer) => answer.status === 200 && answer.body === 'pipelined paste'));
-      // One write of many more, as a client that never reads would send: the connection ends
-      // before their answers are all made (each waits in memory until the ones before it are read).
+      // One write of many more, as a client that never reads would send: the requests past the
+      // limit waiting behind the answer being written close the connection.
       const flood = await new Promise<{ answers: number; closed: boolean }>((resolve) => {
         const socket = net.connect(Number(new URL(server.url).port), '127.0.0.1');
         let text = '';

@@ -804,13 +804,27 @@ describe('answers a client does not read (SEND_TIMEOUT_SECONDS, MAX_UNSENT_MB)',
   });
   after(() => server.close());
 
-  /** A connection that sends `count` pipelined GETs of the 4 MB paste and reads nothing yet. */
-  function unreadGets(count: number): net.Socket {
-    const socket = net.connect(port, '127.0.0.1');
+  /**
+   * A connection to `to` (the suite's server by default) that sends `count` pipelined GETs of the
+   * 4 MB paste, the last asking for the connection to close when `closeAfter`, and reads nothing yet.
+   */
+  function unreadGets(count: number, { to = port, closeAfter = false } = {}): net.Socket {
+    const socket = net.connect(to, '127.0.0.1');
     socket.on('error', () => {});
     socket.pause();
-    socket.write(`GET /raw/${id} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n`.repeat(count));
+    const get = `GET /raw/${id} HTTP/1.1\r\nHost: 127.0.0.1\r\n`;
+    socket.write(
+      `${get}\r\n`.repeat(closeAfter ? count - 1 : count) + (closeAfter ? `${get}Connection: close\r\n\r\n` : ''),
+    );
     return socket;
+  }
+
+  /** The answers read off a connection that came whole: status line, head and the whole paste. */
+  function wholeAnswers(text: string): number {
+    return text
+      .split('HTTP/1.1 200 OK\r\n')
+      .slice(1)
+      .filter((answer) => answer.length - answer.indexOf('\r\n\r\n') - 4 === size).length;
   }
 
   /**
@@ -895,21 +909,13 @@ describe('answers a client does not read (SEND_TIMEOUT_SECONDS, MAX_UNSENT_MB)',
     // The kernel wakes a writer once a good part of its send buffer (up to 4 MB) has drained, so
     // a reader's progress shows in steps: 2.5 MB/s against a 3 s time-out leaves a wide margin.
     const patient = await startServer({ env: { SEND_TIMEOUT_SECONDS: '3' }, databaseUrl: server.databaseUrl });
-    const socket = net.connect(Number(new URL(patient.url).port), '127.0.0.1');
-    socket.on('error', () => {});
-    socket.pause();
-    const get = `GET /raw/${id} HTTP/1.1\r\nHost: 127.0.0.1\r\n`;
-    socket.write(`${get}\r\n`.repeat(3) + `${get}Connection: close\r\n\r\n`);
+    const socket = unreadGets(4, { to: Number(new URL(patient.url).port), closeAfter: true });
     try {
       const startedAt = performance.now();
       // The last of the four asks for the connection to close after it: read to the end, then
       // each answer is checked whole.
       const { text } = await readOff(socket, 256 * 1024, 100, Number.POSITIVE_INFINITY);
-      const answers = text.split('HTTP/1.1 200 OK\r\n').slice(1);
-      assert.equal(answers.length, 4, `${text.length} bytes read`);
-      for (const answer of answers) {
-        assert.equal(answer.slice(answer.indexOf('\r\n\r\n') + 4).length, size, 'a whole body');
-      }
+      assert.equal(wholeAnswers(text), 4, `${text.length} bytes read`);
       assert.ok(performance.now() - startedAt > 4_000, 'read within the time-out: the test shows nothing');
     } finally {
       socket.destroy();
@@ -917,7 +923,7 @@ describe('answers a client does not read (SEND_TIMEOUT_SECONDS, MAX_UNSENT_MB)',
     }
   });
 
-  it('a connection whose answer is not read for the time-out is closed, and its queued answers are never made', async () => {
+  it('a connection whose answer is not read for the time-out is closed, and the requests behind it are never answered', async () => {
     await countingReads(async (reads) => {
       const socket = unreadGets(3);
       await new Promise((resolve) => setTimeout(resolve, 4_000));
@@ -935,21 +941,14 @@ describe('answers a client does not read (SEND_TIMEOUT_SECONDS, MAX_UNSENT_MB)',
     const keepAlive = http.keepAliveTimeout;
     http.keepAliveTimeout = 300;
     try {
-      let answer = '';
-      const closedAfterMs = await new Promise<number | null>((resolve) => {
-        const socket = net.connect(port, '127.0.0.1');
-        socket.on('error', () => {});
-        const startedAt = performance.now();
-        socket.on('data', (chunk: Buffer) => {
-          answer += chunk.toString('latin1');
-        });
-        socket.on('close', () => resolve(performance.now() - startedAt));
-        socket.write('GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n');
-        setTimeout(() => {
-          socket.destroy();
-          resolve(null);
-        }, 6_000).unref();
-      });
+      // Nothing dripped after the request (an empty write now and then).
+      const { closedAfterMs, answer } = await slowClient(
+        port,
+        'GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n',
+        '',
+        1_000,
+        6_000,
+      );
       assert.match(answer, /^HTTP\/1\.1 200/, 'answered before it idled');
       assert.ok(closedAfterMs !== null, 'the idle connection was kept');
       assert.ok(closedAfterMs >= 300, `closed after ${Math.round(closedAfterMs)} ms, before its keep-alive time-out`);
@@ -970,22 +969,10 @@ describe('answers a client does not read (SEND_TIMEOUT_SECONDS, MAX_UNSENT_MB)',
       logger,
     });
     const boundedPort = Number(new URL(bounded.url).port);
-    const sockets = Array.from({ length: 4 }, () => {
-      const socket = net.connect(boundedPort, '127.0.0.1');
-      socket.on('error', () => {});
-      socket.pause();
-      // Two answers each: should the kernel take all of the first, the second stands in the process.
-      const get = `GET /raw/${id} HTTP/1.1\r\nHost: 127.0.0.1\r\n`;
-      socket.write(`${get}\r\n${get}Connection: close\r\n\r\n`);
-      return socket;
-    });
+    // Two answers each: should the kernel take all of the first, the second stands in the process.
+    const sockets = Array.from({ length: 4 }, () => unreadGets(2, { to: boundedPort, closeAfter: true }));
     const closed = () =>
       lines.filter((line) => line.msg?.includes('MAX_UNSENT_MB')).reduce((sum, line) => sum + (line.closed ?? 0), 0);
-    const wholeAnswers = ({ text }: { text: string }) =>
-      text
-        .split('HTTP/1.1 200 OK\r\n')
-        .slice(1)
-        .filter((answer) => answer.length - answer.indexOf('\r\n\r\n') - 4 === size).length;
     try {
       // The first client reads on, at about 640 KB/s: its 8 MB take longer than the standstill
       // that closes the others, and its progress shows in the kernel's steps (a second or two).
@@ -1000,9 +987,9 @@ describe('answers a client does not read (SEND_TIMEOUT_SECONDS, MAX_UNSENT_MB)',
       );
       const read = await reader;
       assert.ok(performance.now() - startedAt > STALLED_MS, 'the reader was done before any could be closed');
-      assert.equal(wholeAnswers(read), 2, `the reader got ${read.got} bytes`);
+      assert.equal(wholeAnswers(read.text), 2, `the reader got ${read.got} bytes`);
       assert.deepEqual(
-        stalled.map((result) => wholeAnswers(result) < 2),
+        stalled.map((result) => wholeAnswers(result.text) < 2),
         [true, true, true],
         stalled.map(({ got }) => got).join(', '),
       );

@@ -1095,6 +1095,9 @@ const REFUSED = [
   'file:///etc/passwd',
 ];
 
+/** A logger that writes nothing, for workers made by hand. */
+const silent = { info() {}, warn() {}, error() {} };
+
 describe('stopping the delivery worker (D21)', () => {
   // On SQLite and on PostgreSQL: the worker over the real outbox, its claim held back by a
   // transaction of the test's (SQLite's one connection; PostgreSQL's table lock).
@@ -1140,7 +1143,6 @@ describe('stopping the delivery worker (D21)', () => {
         finished_at: null,
       })
       .execute();
-    const silent = { info() {}, warn() {}, error() {} };
     const options = {
       concurrency: 2,
       pollMs: 60_000,
@@ -1291,8 +1293,8 @@ describe('finished deliveries kept for WEBHOOK_RETENTION_DAYS', () => {
         .execute();
     }
 
-    const silent = { info() {}, warn() {}, error() {} };
-    const repository = new WebhookRepository(storage.db, storage.dialect);
+    // As services.ts makes it: on SQLite with the handle, whose synchronous batch serve runs.
+    const repository = new WebhookRepository(storage.db, storage.dialect, storage.sqlite);
     const batches: number[] = [];
     let afterFirst: string[] = [];
     const pruneFinished = repository.pruneFinished.bind(repository);

@@ -37,7 +37,7 @@ import { readLimited } from './request-bodies.js';
 import type { RequestsInFlight } from './requests-in-flight.js';
 import { ResponseBatch } from './response-batch.js';
 import { SECURITY_HEADERS, TEXT_CONTENT_SECURITY_POLICY } from './security-headers.js';
-import { closeStalledAnswers, whenAnswerable } from './unread-answers.js';
+import { applySendTimeout, whenAnswerable } from './unread-answers.js';
 import { LARGE_BODY_BYTES } from './upload-slots.js';
 
 export interface FastLaneDeps {
@@ -560,7 +560,7 @@ export function serverWithFastLane(lane: FastLane, inFlight?: RequestsInFlight):
     );
     if (options.keepAliveTimeout !== undefined) server.keepAliveTimeout = options.keepAliveTimeout;
     if (options.requestTimeout !== undefined) server.requestTimeout = options.requestTimeout;
-    closeStalledAnswers(server, options.connectionTimeout ?? 0);
+    applySendTimeout(server, options.connectionTimeout ?? 0);
     return server;
   };
 }

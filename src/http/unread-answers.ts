@@ -10,7 +10,7 @@
  *   however many requests its client sent in one write. Node parses every request of a chunk in
  *   one turn; each would otherwise be answered at once and its bytes kept until the ones before
  *   it were read.
- * - At most MAX_QUEUED_ANSWERS requests waiting so: past it the connection is closed.
+ * - At most MAX_WAITING_REQUESTS requests waiting so: past it the connection is closed.
  * - What all connections hold in answers the kernel has not taken is bounded (MAX_UNSENT_MB):
  *   past the bound, the connections whose bytes have not moved for STALLED_MS are closed,
  *   largest first, until it holds. Many clients (or one with many addresses) that each stop
@@ -30,8 +30,8 @@
 import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 
-/** Requests a connection may have waiting behind the answer being written. */
-export const MAX_QUEUED_ANSWERS = 32;
+/** Requests a connection may have waiting behind the answer being written; past it, it is closed. */
+export const MAX_WAITING_REQUESTS = 32;
 
 /** Each connection's requests waiting behind the answer being written. */
 const queuedOn = new WeakMap<Socket, number>();
@@ -39,7 +39,7 @@ const queuedOn = new WeakMap<Socket, number>();
 /**
  * Calls `serve` once the request's answer has the connection: at once when no answer is being
  * written on it, else when the one before it is wholly in the kernel. A request past
- * MAX_QUEUED_ANSWERS closes the connection instead; one whose connection closes while it waits is
+ * MAX_WAITING_REQUESTS closes the connection instead; one whose connection closes while it waits is
  * never served (its client is gone).
  */
 export function whenAnswerable(
@@ -53,7 +53,7 @@ export function whenAnswerable(
   }
   const socket = req.socket;
   const queued = (queuedOn.get(socket) ?? 0) + 1;
-  if (queued > MAX_QUEUED_ANSWERS) {
+  if (queued > MAX_WAITING_REQUESTS) {
     socket.destroy();
     return;
   }
@@ -74,7 +74,7 @@ export function whenAnswerable(
  * too. One with an answer at work and nothing to write (a handler still running, a body still
  * coming) is not.
  */
-export function closeStalledAnswers(server: Server, sendTimeoutMs: number): void {
+export function applySendTimeout(server: Server, sendTimeoutMs: number): void {
   server.setTimeout(sendTimeoutMs);
   server.on('timeout', (socket: Socket & { _httpMessage?: unknown }) => {
     if (socket.writableLength > 0 || !socket._httpMessage) socket.destroy();
@@ -82,7 +82,7 @@ export function closeStalledAnswers(server: Server, sendTimeoutMs: number): void
 }
 
 /** How often boundUnsentBytes adds up what the connections hold. */
-export const UNSENT_CHECK_MS = 1000;
+const UNSENT_CHECK_MS = 1000;
 
 /**
  * How long a connection's bytes must have stood still for boundUnsentBytes to close it. The
@@ -105,15 +105,13 @@ function bytesTaken(socket: Socket): number {
  * Every UNSENT_CHECK_MS, adds up what each connection holds unsent (its writable length: an
  * answer's buffer is held whole until the kernel has taken all of it; a string counts its
  * characters, up to three bytes each in UTF-8). Past `limitBytes`, closes the connections whose
- * taken bytes have not grown for `stalledMs`, largest first, until the rest fit, and tells
+ * taken bytes have not grown for STALLED_MS, largest first, until the rest fit, and tells
  * `onShed` how many and how much.
  */
 export function boundUnsentBytes(
   server: Server,
   limitBytes: number,
   onShed: (closed: number, bytes: number) => void,
-  checkMs = UNSENT_CHECK_MS,
-  stalledMs = STALLED_MS,
 ): void {
   const sockets = new Set<Socket>();
   /** Each connection with bytes unsent: what the kernel had taken, and since when. */
@@ -136,7 +134,7 @@ export function boundUnsentBytes(
       const taken = bytesTaken(socket);
       const last = progress.get(socket);
       if (last === undefined || last.taken !== taken) progress.set(socket, { taken, since: now });
-      else if (now - last.since >= stalledMs) stalled.push(socket);
+      else if (now - last.since >= STALLED_MS) stalled.push(socket);
     }
     if (total <= limitBytes || stalled.length === 0) return;
     stalled.sort((a, b) => b.writableLength - a.writableLength);
@@ -152,7 +150,7 @@ export function boundUnsentBytes(
     }
     onShed(closed, freed);
   };
-  const timer = setInterval(check, checkMs);
+  const timer = setInterval(check, UNSENT_CHECK_MS);
   timer.unref();
   server.once('close', () => clearInterval(timer));
 }
