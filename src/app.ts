@@ -4,6 +4,7 @@
  * database with one call and use inject or a real socket.
  */
 import { randomUUID } from 'node:crypto';
+import { compile as compileTrustedProxies } from '@fastify/proxy-addr';
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyRequest } from 'fastify';
 import FindMyWay, { type HTTPMethod } from 'find-my-way';
 import { type Logger, pino } from 'pino';
@@ -13,6 +14,7 @@ import { giveBackRefusedCounts } from './http/api/authentication.js';
 import { registerCliRoutes } from './http/api/cli-routes.js';
 import { createFromJson, registerPasteRoutes } from './http/api/paste-routes.js';
 import { answerClientError, answerUnmetExpectations, refuseConnect } from './http/client-errors.js';
+import { capConnectionsPerAddress } from './http/connections-per-address.js';
 import { ErrorLog } from './http/error-log.js';
 import { closeWithoutReset, sendError } from './http/error-presenter.js';
 import { askForBodiesWhenAdmitted } from './http/expect-continue.js';
@@ -225,6 +227,23 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   });
   answerUnmetExpectations(app.server);
   refuseConnect(app.server);
+  // One address holds at most MAX_CONNECTIONS_PER_ADDRESS connections (connections-per-address.ts);
+  // the refusals are logged at most once in REFUSALS_LOGGED_EVERY_MS, with the count left out.
+  let lastLogged = Number.NEGATIVE_INFINITY;
+  let notLogged = 0;
+  capConnectionsPerAddress(app.server, config.maxConnectionsPerAddress, proxyPeer(config.trustProxy), (address) => {
+    const now = performance.now();
+    if (now - lastLogged < REFUSALS_LOGGED_EVERY_MS) {
+      notLogged++;
+      return;
+    }
+    app.log.warn(
+      { address, alsoRefused: notLogged },
+      'refused a connection: MAX_CONNECTIONS_PER_ADDRESS reached for its address',
+    );
+    lastLogged = now;
+    notLogged = 0;
+  });
   // Answers no one reads hold at most MAX_UNSENT_MB in all (unread-answers.ts).
   boundUnsentBytes(app.server, config.maxUnsentBytes, (closed, bytes) =>
     app.log.warn(
@@ -306,6 +325,18 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
 }
 
 /** Fastify's trustProxy for TRUST_PROXY (config.ts): a number of hops, or the proxies' addresses. */
+/** How often a refused connection's line may be written (capConnectionsPerAddress). */
+const REFUSALS_LOGGED_EVERY_MS = 10_000;
+
+/** Whether a socket's peer is a trusted proxy: in TRUST_PROXY's list, or any with a number of them. */
+function proxyPeer(trust: Config['trustProxy']): (address: string) => boolean {
+  if (Array.isArray(trust)) {
+    const trusted = compileTrustedProxies(trust);
+    return (address) => trusted(address, 0);
+  }
+  return trust > 0 ? () => true : () => false;
+}
+
 function trustedProxies(trust: Config['trustProxy']): false | string[] | ((address: string, hop: number) => boolean) {
   if (Array.isArray(trust)) return trust;
   return trust > 0 ? (_address: string, hop: number) => hop < trust : false;

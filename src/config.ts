@@ -45,8 +45,13 @@ export interface Config {
   headersTimeoutMs: number;
   /** Time an answer's bytes may wait for its client to read any of them; then the connection closes. */
   sendTimeoutMs: number;
-  /** Bytes all connections may hold in answers their clients have not read (unread-answers.ts). */
+  /**
+   * What all connections may hold in answers their clients have not read, text counted in
+   * characters (unread-answers.ts).
+   */
   maxUnsentBytes: number;
+  /** Connections one client address may have open at once (0 = no cap; connections-per-address.ts). */
+  maxConnectionsPerAddress: number;
   /** Time the requests in flight at SIGTERM get to finish before their connections are closed. */
   shutdownTimeoutMs: number;
 }
@@ -279,6 +284,7 @@ export function loadConfig(env: Env = process.env): Config {
     headersTimeoutMs: headersTimeoutSeconds * 1000,
     sendTimeoutMs: readInteger(env, 'SEND_TIMEOUT_SECONDS', 60, 1, 3600) * 1000,
     maxUnsentBytes: readInteger(env, 'MAX_UNSENT_MB', 256, 1, 65_536) * 1024 * 1024,
+    maxConnectionsPerAddress: readInteger(env, 'MAX_CONNECTIONS_PER_ADDRESS', 256, 0, 1_000_000),
     shutdownTimeoutMs: readInteger(env, 'SHUTDOWN_TIMEOUT_SECONDS', 5, 1, 3600) * 1000,
   };
 }

@@ -1018,6 +1018,89 @@ describe('answers a client does not read (SEND_TIMEOUT_SECONDS, MAX_UNSENT_MB)',
   });
 });
 
+describe('connections one address holds at once (MAX_CONNECTIONS_PER_ADDRESS)', () => {
+  /** Opens a connection, asks for /healthz on it and keeps it open: its first answer's text. */
+  function heldConnection(port: number): Promise<{ socket: net.Socket; answer: string }> {
+    return new Promise((resolve) => {
+      const socket = net.connect(port, '127.0.0.1');
+      let answer = '';
+      socket.on('error', () => {});
+      socket.on('data', (chunk: Buffer) => {
+        answer += chunk.toString('latin1');
+        if (answer.includes('\r\n\r\n') && /"status"|\}$/.test(answer)) resolve({ socket, answer });
+      });
+      socket.on('close', () => resolve({ socket, answer }));
+      socket.write('GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n');
+    });
+  }
+
+  it('is 256 by default, 0 for none', () => {
+    assert.equal(loadConfig({}).maxConnectionsPerAddress, 256);
+    assert.equal(loadConfig({ MAX_CONNECTIONS_PER_ADDRESS: '0' }).maxConnectionsPerAddress, 0);
+    assert.throws(() => loadConfig({ MAX_CONNECTIONS_PER_ADDRESS: 'many' }), /MAX_CONNECTIONS_PER_ADDRESS/);
+  });
+
+  it('past the cap a connection gets 429 in the envelope and is closed; one closed makes room again', async () => {
+    const lines: Array<{ msg?: string }> = [];
+    const logger = pino({ level: 'warn' }, { write: (line: string) => lines.push(JSON.parse(line)) });
+    const server = await startServer({ env: { MAX_CONNECTIONS_PER_ADDRESS: '3' }, logger });
+    const port = Number(new URL(server.url).port);
+    const held: net.Socket[] = [];
+    try {
+      for (let i = 0; i < 3; i++) {
+        const { socket, answer } = await heldConnection(port);
+        held.push(socket);
+        assert.match(answer, /^HTTP\/1\.1 200/);
+      }
+      // The fourth: its request (a create) is never read, the 429 is its only answer, nothing
+      // is stored, and it is closed.
+      const count = async () => Number((await server.sql<{ n: number }>('SELECT count(*) AS n FROM pastes'))[0]?.n);
+      const before = await count();
+      const create =
+        'POST /api/v1/cli HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: text/plain\r\nContent-Length: 12\r\n\r\nnot accepted';
+      const refused = await slowClient(port, create, '', 10_000, 5_000);
+      assert.ok(refused.closedAfterMs !== null, 'the refused connection was kept');
+      assert.equal(refused.answer.split('HTTP/1.1 ').length - 1, 1, refused.answer);
+      assert.equal(await count(), before, 'the refused connection created a paste');
+      assert.match(refused.answer, /^HTTP\/1\.1 429/);
+      assert.match(refused.answer, /content-security-policy: /i);
+      assert.match(refused.answer, /retry-after: 1/i);
+      const body = JSON.parse(refused.answer.slice(refused.answer.indexOf('\r\n\r\n') + 4));
+      assert.equal(body.error, true);
+      assert.equal(body.code, 'rate_limited');
+      assert.ok(
+        lines.some((line) => line.msg?.includes('MAX_CONNECTIONS_PER_ADDRESS')),
+        JSON.stringify(lines),
+      );
+      // One of the three goes: the next connection is served.
+      (held[0] as net.Socket).destroy();
+      await new Promise((resolve) => setTimeout(resolve, 200));
+      const next = await heldConnection(port);
+      held.push(next.socket);
+      assert.match(next.answer, /^HTTP\/1\.1 200/);
+    } finally {
+      for (const socket of held) socket.destroy();
+      await server.close();
+    }
+  });
+
+  it("a trusted proxy's address is not capped", async () => {
+    const server = await startServer({ env: { MAX_CONNECTIONS_PER_ADDRESS: '2', TRUST_PROXY: '127.0.0.1' } });
+    const port = Number(new URL(server.url).port);
+    const held: net.Socket[] = [];
+    try {
+      for (let i = 0; i < 4; i++) {
+        const { socket, answer } = await heldConnection(port);
+        held.push(socket);
+        assert.match(answer, /^HTTP\/1\.1 200/);
+      }
+    } finally {
+      for (const socket of held) socket.destroy();
+      await server.close();
+    }
+  });
+});
+
 describe('Expect: 100-continue: the body is asked for only once the request is admitted', () => {
   let server: TestServer;
   let key: string;

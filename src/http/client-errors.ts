@@ -72,6 +72,26 @@ function refuseAndClose(socket: Socket, error: AppError): void {
   });
 }
 
+/**
+ * A connection refused as it opens (connections-per-address.ts): nothing of it is read, the
+ * refusal is written at once, and it is closed LINGER_MS after. Node's HTTP parser reads the
+ * socket's handle itself (it consumes it), past the stream's pause: the handle stops reading, or a
+ * request sent on the refused connection would still be served (a create stored: a test holds it).
+ */
+export function refuseConnection(socket: Socket, error: AppError): void {
+  // The stream's pause() does not reach a consumed handle (a request sent at once was served),
+  // and the server's own 'data' listener has a resume queued, whose 'resume' starts the handle
+  // reading again: it is stopped once that has run, before the event loop reads anything.
+  process.nextTick(() => {
+    const handle = (socket as Socket & { _handle?: { reading?: boolean; readStop?: () => number } })._handle;
+    if (!handle?.readStop) return;
+    handle.reading = false;
+    handle.readStop();
+  });
+  socket.on('error', () => socket.destroy());
+  refuseAndClose(socket, error);
+}
+
 /** Connections whose refusal is written or waits for the answers before it. */
 const refusing = new WeakSet<Socket>();
 
