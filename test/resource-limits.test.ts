@@ -1034,6 +1034,15 @@ describe('connections one address holds at once (MAX_CONNECTIONS_PER_ADDRESS)', 
     });
   }
 
+  /** Opens `count` connections that are each served and stay open, into `held`. */
+  async function holdServed(port: number, count: number, held: net.Socket[]): Promise<void> {
+    for (let i = 0; i < count; i++) {
+      const { socket, answer } = await heldConnection(port);
+      held.push(socket);
+      assert.match(answer, /^HTTP\/1\.1 200/);
+    }
+  }
+
   it('is 256 by default, 0 for none', () => {
     assert.equal(loadConfig({}).maxConnectionsPerAddress, 256);
     assert.equal(loadConfig({ MAX_CONNECTIONS_PER_ADDRESS: '0' }).maxConnectionsPerAddress, 0);
@@ -1047,11 +1056,7 @@ describe('connections one address holds at once (MAX_CONNECTIONS_PER_ADDRESS)', 
     const port = Number(new URL(server.url).port);
     const held: net.Socket[] = [];
     try {
-      for (let i = 0; i < 3; i++) {
-        const { socket, answer } = await heldConnection(port);
-        held.push(socket);
-        assert.match(answer, /^HTTP\/1\.1 200/);
-      }
+      await holdServed(port, 3, held);
       // The fourth: its request (a create) is never read, the 429 is its only answer, nothing
       // is stored, and it is closed.
       const count = async () => Number((await server.sql<{ n: number }>('SELECT count(*) AS n FROM pastes'))[0]?.n);
@@ -1089,11 +1094,7 @@ describe('connections one address holds at once (MAX_CONNECTIONS_PER_ADDRESS)', 
     const port = Number(new URL(server.url).port);
     const held: net.Socket[] = [];
     try {
-      for (let i = 0; i < 4; i++) {
-        const { socket, answer } = await heldConnection(port);
-        held.push(socket);
-        assert.match(answer, /^HTTP\/1\.1 200/);
-      }
+      await holdServed(port, 4, held);
     } finally {
       for (const socket of held) socket.destroy();
       await server.close();
