@@ -324,7 +324,6 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   return app;
 }
 
-/** Fastify's trustProxy for TRUST_PROXY (config.ts): a number of hops, or the proxies' addresses. */
 /** How often a refused connection's line may be written (capConnectionsPerAddress). */
 const REFUSALS_LOGGED_EVERY_MS = 10_000;
 
@@ -337,6 +336,7 @@ function proxyPeer(trust: Config['trustProxy']): (address: string) => boolean {
   return trust > 0 ? () => true : () => false;
 }
 
+/** Fastify's trustProxy for TRUST_PROXY (config.ts): a number of hops, or the proxies' addresses. */
 function trustedProxies(trust: Config['trustProxy']): false | string[] | ((address: string, hop: number) => boolean) {
   if (Array.isArray(trust)) return trust;
   return trust > 0 ? (_address: string, hop: number) => hop < trust : false;

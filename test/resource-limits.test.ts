@@ -15,6 +15,7 @@ import { deflateSync, gzipSync } from 'node:zlib';
 import { ReplyError } from 'ioredis';
 import { pino } from 'pino';
 import { loadConfig } from '../src/config.js';
+import { MAX_LINGERING_REFUSALS } from '../src/http/connections-per-address.js';
 import { ErrorLog } from '../src/http/error-log.js';
 import { toAppError } from '../src/http/error-presenter.js';
 import { MAX_FORM_FIELDS, parseUrlEncoded } from '../src/http/request-bodies.js';
@@ -1079,10 +1080,46 @@ describe('connections one address holds at once (MAX_CONNECTIONS_PER_ADDRESS)', 
       );
       // One of the three goes: the next connection is served.
       (held[0] as net.Socket).destroy();
-      await new Promise((resolve) => setTimeout(resolve, 200));
-      const next = await heldConnection(port);
+      let next = await heldConnection(port);
+      for (let tries = 0; !/^HTTP\/1\.1 200/.test(next.answer) && tries < 50; tries++) {
+        // The server has yet to see the first one close.
+        next.socket.destroy();
+        await new Promise((resolve) => setTimeout(resolve, 100));
+        next = await heldConnection(port);
+      }
       held.push(next.socket);
       assert.match(next.answer, /^HTTP\/1\.1 200/);
+    } finally {
+      for (const socket of held) socket.destroy();
+      await server.close();
+    }
+  });
+
+  it(`past ${MAX_LINGERING_REFUSALS} refusals still closing, the address's next connections are closed unanswered`, async () => {
+    const server = await startServer({ env: { MAX_CONNECTIONS_PER_ADDRESS: '1' } });
+    const port = Number(new URL(server.url).port);
+    const held: net.Socket[] = [];
+    try {
+      await holdServed(port, 1, held);
+      const extra = 4;
+      const answers = await Promise.all(
+        Array.from(
+          { length: MAX_LINGERING_REFUSALS + extra },
+          () =>
+            new Promise<string>((resolve) => {
+              const socket = net.connect(port, '127.0.0.1');
+              let answer = '';
+              socket.on('error', () => {});
+              socket.on('data', (chunk: Buffer) => {
+                answer += chunk.toString('latin1');
+              });
+              socket.on('close', () => resolve(answer));
+              setTimeout(() => socket.destroy(), 8_000).unref();
+            }),
+        ),
+      );
+      assert.equal(answers.filter((answer) => answer.startsWith('HTTP/1.1 429')).length, MAX_LINGERING_REFUSALS);
+      assert.equal(answers.filter((answer) => answer === '').length, extra);
     } finally {
       for (const socket of held) socket.destroy();
       await server.close();
