@@ -15,7 +15,7 @@ import { registerCliRoutes } from './http/api/cli-routes.js';
 import { createFromJson, registerPasteRoutes } from './http/api/paste-routes.js';
 import { answerClientError, answerUnmetExpectations, refuseConnect } from './http/client-errors.js';
 import { capConnectionsPerAddress } from './http/connections-per-address.js';
-import { ErrorLog } from './http/error-log.js';
+import { ErrorLog, LineThrottle } from './http/error-log.js';
 import { closeWithoutReset, sendError } from './http/error-presenter.js';
 import { askForBodiesWhenAdmitted } from './http/expect-continue.js';
 import { answerLaneReadFailures, FastLane, serverWithFastLane } from './http/fast-lane.js';
@@ -91,6 +91,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     quota: services.quota,
     presenter: services.presenter,
   };
+  const proxies = trustedProxies(config.trustProxy);
   // The error answers' log lines, the lane's and the framework's together (error-log.ts).
   const errorLog = new ErrorLog(deps.logger);
   const lane = new FastLane({
@@ -130,7 +131,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     // The socket's peer and then as many X-Forwarded-For entries, from the right, as there are
     // proxies (config.ts), or as long as each is a proxy's address: the address the outermost of
     // them saw. Left of it is the client's say.
-    trustProxy: trustedProxies(config.trustProxy),
+    trustProxy: proxies.hops,
     genReqId: () => randomUUID(),
     requestTimeout: config.requestTimeoutMs,
     // A slow client (slow headers, a dripped body) is cut off; Node checks every few seconds.
@@ -229,20 +230,11 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   refuseConnect(app.server);
   // One address holds at most MAX_CONNECTIONS_PER_ADDRESS connections (connections-per-address.ts);
   // the refusals are logged at most once in REFUSALS_LOGGED_EVERY_MS, with the count left out.
-  let lastLogged = Number.NEGATIVE_INFINITY;
-  let notLogged = 0;
-  capConnectionsPerAddress(app.server, config.maxConnectionsPerAddress, proxyPeer(config.trustProxy), (address) => {
-    const now = performance.now();
-    if (now - lastLogged < REFUSALS_LOGGED_EVERY_MS) {
-      notLogged++;
-      return;
-    }
-    app.log.warn(
-      { address, alsoRefused: notLogged },
-      'refused a connection: MAX_CONNECTIONS_PER_ADDRESS reached for its address',
-    );
-    lastLogged = now;
-    notLogged = 0;
+  const refusalLines = new LineThrottle(REFUSALS_LOGGED_EVERY_MS);
+  capConnectionsPerAddress(app.server, config.maxConnectionsPerAddress, proxies.peer, (address) => {
+    const alsoRefused = refusalLines.admit();
+    if (alsoRefused === null) return;
+    app.log.warn({ address, alsoRefused }, 'refused a connection: MAX_CONNECTIONS_PER_ADDRESS reached for its address');
   });
   // Answers no one reads hold at most MAX_UNSENT_MB in all (unread-answers.ts).
   boundUnsentBytes(app.server, config.maxUnsentBytes, (closed, bytes) =>
@@ -327,17 +319,19 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
 /** How often a refused connection's line may be written (capConnectionsPerAddress). */
 const REFUSALS_LOGGED_EVERY_MS = 10_000;
 
-/** Whether a socket's peer is a trusted proxy: in TRUST_PROXY's list, or any with a number of them. */
-function proxyPeer(trust: Config['trustProxy']): (address: string) => boolean {
+/**
+ * TRUST_PROXY (config.ts), compiled once: Fastify's trustProxy (a number of hops, or whether a
+ * hop's address is one of the proxies'), and whether a socket's peer is a trusted proxy (in the
+ * list, or any with a number of them).
+ */
+function trustedProxies(trust: Config['trustProxy']): {
+  hops: false | ((address: string, hop: number) => boolean);
+  peer: (address: string) => boolean;
+} {
   if (Array.isArray(trust)) {
     const trusted = compileTrustedProxies(trust);
-    return (address) => trusted(address, 0);
+    return { hops: trusted, peer: (address) => trusted(address, 0) };
   }
-  return trust > 0 ? () => true : () => false;
-}
-
-/** Fastify's trustProxy for TRUST_PROXY (config.ts): a number of hops, or the proxies' addresses. */
-function trustedProxies(trust: Config['trustProxy']): false | string[] | ((address: string, hop: number) => boolean) {
-  if (Array.isArray(trust)) return trust;
-  return trust > 0 ? (_address: string, hop: number) => hop < trust : false;
+  if (trust > 0) return { hops: (_address, hop) => hop < trust, peer: () => true };
+  return { hops: false, peer: () => false };
 }

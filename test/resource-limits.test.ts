@@ -16,7 +16,7 @@ import { ReplyError } from 'ioredis';
 import { pino } from 'pino';
 import { loadConfig } from '../src/config.js';
 import { MAX_LINGERING_REFUSALS } from '../src/http/connections-per-address.js';
-import { ErrorLog } from '../src/http/error-log.js';
+import { ErrorLog, LineThrottle } from '../src/http/error-log.js';
 import { toAppError } from '../src/http/error-presenter.js';
 import { MAX_FORM_FIELDS, parseUrlEncoded } from '../src/http/request-bodies.js';
 import { STALLED_MS } from '../src/http/unread-answers.js';
@@ -1095,8 +1095,10 @@ describe('connections one address holds at once (MAX_CONNECTIONS_PER_ADDRESS)', 
     }
   });
 
-  it(`past ${MAX_LINGERING_REFUSALS} refusals still closing, the address's next connections are closed unanswered`, async () => {
-    const server = await startServer({ env: { MAX_CONNECTIONS_PER_ADDRESS: '1' } });
+  it(`past ${MAX_LINGERING_REFUSALS} refusals still closing, the address's next connections are closed unanswered; one line is logged for them all`, async () => {
+    const lines: Array<{ msg?: string; alsoRefused?: number }> = [];
+    const logger = pino({ level: 'warn' }, { write: (line: string) => lines.push(JSON.parse(line)) });
+    const server = await startServer({ env: { MAX_CONNECTIONS_PER_ADDRESS: '1' }, logger });
     const port = Number(new URL(server.url).port);
     const held: net.Socket[] = [];
     try {
@@ -1120,23 +1122,29 @@ describe('connections one address holds at once (MAX_CONNECTIONS_PER_ADDRESS)', 
       );
       assert.equal(answers.filter((answer) => answer.startsWith('HTTP/1.1 429')).length, MAX_LINGERING_REFUSALS);
       assert.equal(answers.filter((answer) => answer === '').length, extra);
+      // Within REFUSALS_LOGGED_EVERY_MS (10 s) of the first: its line alone, the rest counted for the next.
+      const refusals = lines.filter((line) => line.msg?.includes('MAX_CONNECTIONS_PER_ADDRESS'));
+      assert.equal(refusals.length, 1, JSON.stringify(lines));
+      assert.equal(refusals[0]?.alsoRefused, 0);
     } finally {
       for (const socket of held) socket.destroy();
       await server.close();
     }
   });
 
-  it("a trusted proxy's address is not capped", async () => {
-    const server = await startServer({ env: { MAX_CONNECTIONS_PER_ADDRESS: '2', TRUST_PROXY: '127.0.0.1' } });
-    const port = Number(new URL(server.url).port);
-    const held: net.Socket[] = [];
-    try {
-      await holdServed(port, 4, held);
-    } finally {
-      for (const socket of held) socket.destroy();
-      await server.close();
-    }
-  });
+  for (const trustProxy of ['127.0.0.1', '1']) {
+    it(`a trusted proxy's address is not capped (TRUST_PROXY=${trustProxy})`, async () => {
+      const server = await startServer({ env: { MAX_CONNECTIONS_PER_ADDRESS: '2', TRUST_PROXY: trustProxy } });
+      const port = Number(new URL(server.url).port);
+      const held: net.Socket[] = [];
+      try {
+        await holdServed(port, 4, held);
+      } finally {
+        for (const socket of held) socket.destroy();
+        await server.close();
+      }
+    });
+  }
 });
 
 describe('Expect: 100-continue: the body is asked for only once the request is admitted', () => {
@@ -1475,6 +1483,15 @@ describe('storage that refuses writes', () => {
     // Our own faults are each logged: their answers name the request whose line has the detail.
     for (let i = 0; i < 3; i++) errorLog.answered(log, new Error('bug'), toAppError(new Error('bug')));
     assert.equal(lines.filter((line) => line.msg === 'unexpected error').length, 3);
+  });
+
+  it('a throttled line is written at most once an interval, the next one counting those left out', async () => {
+    const throttle = new LineThrottle(100);
+    assert.deepEqual([throttle.admit(), throttle.admit(), throttle.admit()], [0, null, null]);
+    await new Promise((resolve) => setTimeout(resolve, 150));
+    assert.deepEqual([throttle.admit(), throttle.admit()], [2, null]);
+    await new Promise((resolve) => setTimeout(resolve, 150));
+    assert.equal(throttle.admit(), 1);
   });
 
   it('closing while the database takes no writes: the last flushes are taken, and what they could not write is logged and told', {

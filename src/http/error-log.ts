@@ -80,3 +80,28 @@ export class ErrorLog {
     );
   }
 }
+
+/**
+ * At most one line of a kind every `intervalMs`, the next one written telling how many were left
+ * out before it: for a line every request or connection would write while a condition lasts
+ * (the fast lane's failures, connections refused past the cap).
+ */
+export class LineThrottle {
+  private loggedAt = Number.NEGATIVE_INFINITY;
+  private leftOut = 0;
+
+  constructor(private readonly intervalMs: number) {}
+
+  /** The lines left out since the last one written when this one is to be written; else null (counted). */
+  admit(): number | null {
+    const now = performance.now();
+    if (now - this.loggedAt < this.intervalMs) {
+      this.leftOut++;
+      return null;
+    }
+    const leftOut = this.leftOut;
+    this.loggedAt = now;
+    this.leftOut = 0;
+    return leftOut;
+  }
+}

@@ -31,7 +31,7 @@ import type { PasteService, Read } from '../pastes/paste-service.js';
 import { isEnvironmentFailure } from '../storage/unavailable.js';
 import { markQuotaCounted, markQuotaRefused } from './api/authentication.js';
 import { readPagination } from './api/pagination.js';
-import type { ErrorLog } from './error-log.js';
+import { type ErrorLog, LineThrottle } from './error-log.js';
 import { errorEnvelope, toAppError } from './error-presenter.js';
 import { readLimited } from './request-bodies.js';
 import type { RequestsInFlight } from './requests-in-flight.js';
@@ -119,9 +119,8 @@ export class FastLane {
   /** The lane's answers are ended together once per turn of the event loop (response-batch.ts). */
   private readonly batch = new ResponseBatch();
 
-  /** When the lane last logged a failure (performance.now()), and the failures since, unlogged. */
-  private failureLoggedAt = Number.NEGATIVE_INFINITY;
-  private failuresUnlogged = 0;
+  /** At most one failure of the lane logged in FAILURE_LOG_INTERVAL_MS. */
+  private readonly failureLines = new LineThrottle(FAILURE_LOG_INTERVAL_MS);
 
   constructor(private readonly deps: FastLaneDeps) {}
 
@@ -439,14 +438,8 @@ export class FastLane {
   failed(req: IncomingMessage, err: unknown): void {
     const logger = this.deps.logger;
     if (!logger) return;
-    const now = performance.now();
-    if (now - this.failureLoggedAt < FAILURE_LOG_INTERVAL_MS) {
-      this.failuresUnlogged++;
-      return;
-    }
-    const alsoFailed = this.failuresUnlogged;
-    this.failureLoggedAt = now;
-    this.failuresUnlogged = 0;
+    const alsoFailed = this.failureLines.admit();
+    if (alsoFailed === null) return;
     logger.warn(
       { err, req: loggedRequest(req), lane: 'fast', ...(alsoFailed > 0 ? { alsoFailed } : {}) },
       'fast lane failed, handed over',
