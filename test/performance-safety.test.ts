@@ -30,7 +30,7 @@ import { SETTLE_WITHIN_MS } from '../src/pastes/view-counter.js';
 import { openStorage, STATEMENT_TIMEOUT_MS } from '../src/storage/database.js';
 import { type PgConnection, runDescribed } from '../src/storage/described-statement.js';
 import { migrateToLatest } from '../src/storage/migrations.js';
-import { PasteRepository } from '../src/storage/paste-repository.js';
+import { CONTENT_AS_BYTES, PasteRepository } from '../src/storage/paste-repository.js';
 import { BATCH_CONTENT_BYTES, type IdentifiedRow, MAX_IDS, PointReadBatch } from '../src/storage/point-read-batch.js';
 import { RESTART_PAGES } from '../src/storage/wal-checkpointer.js';
 import {
@@ -1747,6 +1747,35 @@ describe('the fast lane', () => {
       assert.equal(list.calls(), 4, 'a refused list is not read');
     } finally {
       list.restore();
+      await server.close();
+    }
+  });
+
+  it(`answers /raw of a content past ${CONTENT_AS_BYTES} bytes from its stored bytes (SQLite): the same bytes and headers as the framework`, async () => {
+    const server = await startServer();
+    try {
+      const key = await server.createKey({ hourly: 1000 });
+      // Multi-byte characters (2, 3 and 4 bytes in UTF-8) across the whole content, on either side of the size.
+      const unit = 'aé✓😀\n';
+      const contentOf = (bytes: number) => unit.repeat(Math.ceil(bytes / Buffer.byteLength(unit)));
+      const small = contentOf(CONTENT_AS_BYTES - 64);
+      const large = contentOf(CONTENT_AS_BYTES + 64);
+      assert.ok(Buffer.byteLength(small) <= CONTENT_AS_BYTES && Buffer.byteLength(large) > CONTENT_AS_BYTES);
+      for (const content of [small, large]) {
+        const id = await createPaste(server, key, { content, language: 'text' });
+        const held = server.services.pastes.plainContent(id);
+        const read = held instanceof Promise ? await held : held;
+        const asBytes = !ON_POSTGRES && content === large;
+        assert.equal(Buffer.isBuffer(read), asBytes, 'read as bytes past the size on SQLite, else as text');
+        const lane = await fetch(`${server.url}/raw/${id}`);
+        const framework = await fetch(`${server.url}/raw/${id}?via=framework`);
+        const laneBytes = Buffer.from(await lane.arrayBuffer());
+        assert.equal(laneBytes.toString('utf8'), content);
+        assert.equal(lane.headers.get('content-length'), String(Buffer.byteLength(content)));
+        assert.equal(lane.headers.get('content-type'), framework.headers.get('content-type'));
+        assert.deepEqual(laneBytes, Buffer.from(await framework.arrayBuffer()));
+      }
+    } finally {
       await server.close();
     }
   });

@@ -196,8 +196,8 @@ export class FastLane {
     const url = req.url as string;
     if (lane === 'raw') {
       const content = this.deps.pastes.plainContent(url.slice(RAW_PREFIX.length));
-      if (typeof content === 'string') return this.sendRaw(req, res, content, started);
       if (content === null) return false;
+      if (!(content instanceof Promise)) return this.sendRaw(req, res, content, started);
       return this.held(req, content).then((later) => later !== null && this.sendRaw(req, res, later, started));
     }
     if (lane === 'view') {
@@ -339,7 +339,7 @@ export class FastLane {
     return true;
   }
 
-  private sendRaw(req: IncomingMessage, res: ServerResponse, content: string, started: bigint): true {
+  private sendRaw(req: IncomingMessage, res: ServerResponse, content: string | Buffer, started: bigint): true {
     this.send(req, res, TEXT_HEADERS, content, started);
     return true;
   }
@@ -407,7 +407,7 @@ export class FastLane {
     req: IncomingMessage,
     res: ServerResponse,
     headers: Record<string, string>,
-    body: string,
+    body: string | Buffer,
     started: bigint,
     extraHeaders?: Record<string, string>,
     status = 200,

@@ -19,8 +19,8 @@
  */
 import type { ServerResponse } from 'node:http';
 
-/** A body as the lane writes it: one string, or parts written in one writev. */
-export type Body = string | Array<string | Buffer>;
+/** A body as the lane writes it: one string or buffer, or parts written in one writev. */
+export type Body = string | Buffer | Array<string | Buffer>;
 
 interface Pending {
   res: ServerResponse;
@@ -63,7 +63,7 @@ export class ResponseBatch {
 }
 
 function endWith(res: ServerResponse, body: Body): void {
-  if (typeof body === 'string') {
+  if (!Array.isArray(body)) {
     res.end(body);
     return;
   }

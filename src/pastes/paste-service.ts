@@ -291,14 +291,14 @@ export class PasteService {
    * `/raw` serves it; null when the paste is not plain (the full read answers it). Synchronous
    * when the storage can answer at once (SQLite), else a promise.
    */
-  plainContent(id: string): string | null | Promise<string | null> {
+  plainContent(id: string): string | Buffer | null | Promise<string | Buffer | null> {
     const now = this.clock();
     const found = this.pastes.findLiveContentNow(id, now);
     if (found !== undefined) return this.countPlain(id, found);
     return this.pastes.findLiveContent(id, now).then((live) => this.countPlain(id, live));
   }
 
-  private countPlain(id: string, live: LiveContent | null | undefined): string | null {
+  private countPlain(id: string, live: LiveContent | null | undefined): string | Buffer | null {
     if (!live || live.passwordProtected || live.burnAfterRead) return null;
     this.views.add(id, live.createdAt);
     return live.content;
