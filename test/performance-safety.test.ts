@@ -6,12 +6,15 @@
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
-import { statSync } from 'node:fs';
+import { mkdtempSync, statSync } from 'node:fs';
 import { request as httpRequest } from 'node:http';
 import net from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { PassThrough } from 'node:stream';
 import { describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
+import Database from 'better-sqlite3';
 import { Redis } from 'ioredis';
 import { sql } from 'kysely';
 import pg from 'pg';
@@ -1752,7 +1755,15 @@ describe('the fast lane', () => {
   });
 
   it(`answers /raw of a content past ${CONTENT_AS_BYTES} bytes from its stored bytes (SQLite): the same bytes and headers as the framework`, async () => {
-    const server = await startServer();
+    const lines: string[] = [];
+    const server = await startServer({ logger: capture(lines) });
+    // The lane's answers of /raw/<id> logged so far (one it handed over is the framework's).
+    const laneAnswers = (id: string) =>
+      lines
+        .map((line) => JSON.parse(line))
+        .filter(
+          (entry) => entry.msg === 'request completed' && entry.lane === 'fast' && entry.req?.url === `/raw/${id}`,
+        ).length;
     try {
       const key = await server.createKey({ hourly: 1000 });
       // Multi-byte characters (2, 3 and 4 bytes in UTF-8) across the whole content, on either side of the size.
@@ -1768,6 +1779,7 @@ describe('the fast lane', () => {
         const asBytes = !ON_POSTGRES && content === large;
         assert.equal(Buffer.isBuffer(read), asBytes, 'read as bytes past the size on SQLite, else as text');
         const lane = await fetch(`${server.url}/raw/${id}`);
+        assert.equal(laneAnswers(id), 1, 'answered by the lane');
         const framework = await fetch(`${server.url}/raw/${id}?via=framework`);
         const laneBytes = Buffer.from(await lane.arrayBuffer());
         assert.equal(laneBytes.toString('utf8'), content);
@@ -1775,6 +1787,26 @@ describe('the fast lane', () => {
         assert.equal(lane.headers.get('content-type'), framework.headers.get('content-type'));
         assert.deepEqual(laneBytes, Buffer.from(await framework.arrayBuffer()));
       }
+    } finally {
+      await server.close();
+    }
+  });
+
+  it('answers /raw of a large content as text from a SQLite file that stores text as UTF-16 (made elsewhere)', {
+    skip: ON_POSTGRES && 'a SQLite file',
+  }, async () => {
+    const path = join(mkdtempSync(join(tmpdir(), 'fastpaste-utf16-')), 'utf16.db');
+    const made = new Database(path);
+    made.pragma("encoding = 'UTF-16le'");
+    made.exec('CREATE TABLE made_elsewhere (a)'); // the encoding is fixed by the file's first table
+    made.close();
+    const server = await startServer({ databasePath: path });
+    try {
+      const key = await server.createKey({ hourly: 1000 });
+      const content = 'aé✓😀\n'.repeat(CONTENT_AS_BYTES / 4);
+      const id = await createPaste(server, key, { content, language: 'text' });
+      const res = await fetch(`${server.url}/raw/${id}`);
+      assert.equal(await res.text(), content);
     } finally {
       await server.close();
     }
