@@ -457,12 +457,12 @@ export const CONTENT_AS_BYTES = 16 * 1024;
 /** What /raw reads of a paste (findLiveContent). */
 const LIVE_CONTENT_COLUMNS = ['content', 'password_hash', 'burn_after_read', 'created_at'] as const;
 /**
- * findLiveContent's content on SQLite (a UTF-8 file): past CONTENT_AS_BYTES (its file_size, the UTF-8 size it
- * was stored with), the UTF-8 bytes it is stored as, which /raw writes as they are: no V8 string
- * is made of them, and no bytes encoded from that string on the way out, so a large answer holds
- * its size once, off the heap, freed with the answer (`npm run bench:unread`, 4 MB answers no one
- * reads: peak RSS 569 MB against 1,010). Smaller, the text: made a buffer, a 1 KB content gave
- * /raw 0.78 of R against 0.82 over five alternations (within the noise, not a gain).
+ * findLiveContent's content on SQLite (a UTF-8 file): past CONTENT_AS_BYTES (its file_size, the
+ * UTF-8 size it was stored with), the UTF-8 bytes it is stored as, which /raw writes as they are:
+ * no V8 string is made of them, and no bytes encoded from that string on the way out, so a large
+ * answer holds its size once, off the heap, freed with the answer (`npm run bench:unread`, 4 MB
+ * answers no one reads: peak RSS 569 MB against 1,010). Smaller, the text: made a buffer, a 1 KB
+ * content gave /raw 0.78 of R against 0.82 over five alternations (within the noise, no gain).
  */
 const RAW_CONTENT = sql<
   string | Buffer
