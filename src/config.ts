@@ -47,7 +47,7 @@ export interface Config {
   sendTimeoutMs: number;
   /**
    * What all connections may hold in answers their clients have not read, text counted in
-   * characters (unread-answers.ts).
+   * characters, bytes in bytes (unread-answers.ts).
    */
   maxUnsentBytes: number;
   /** Connections one client address may have open at once (0 = no cap; connections-per-address.ts). */

@@ -13,7 +13,7 @@ import net from 'node:net';
 import { after, before, describe, it } from 'node:test';
 import { deflateSync, gzipSync } from 'node:zlib';
 import { ReplyError } from 'ioredis';
-import { pino } from 'pino';
+import { type Logger, pino } from 'pino';
 import { loadConfig } from '../src/config.js';
 import { MAX_LINGERING_REFUSALS } from '../src/http/connections-per-address.js';
 import { ErrorLog, LineThrottle } from '../src/http/error-log.js';
@@ -787,6 +787,12 @@ describe('slow clients are cut off (HEADERS_TIMEOUT_SECONDS, REQUEST_TIMEOUT_SEC
   });
 });
 
+/** A logger at warn level whose lines land in `lines`, parsed. */
+function warnLines<T extends { msg?: string }>(): { lines: T[]; logger: Logger } {
+  const lines: T[] = [];
+  return { lines, logger: pino({ level: 'warn' }, { write: (line: string) => lines.push(JSON.parse(line)) }) };
+}
+
 describe('answers a client does not read (SEND_TIMEOUT_SECONDS, MAX_UNSENT_MB)', () => {
   let server: TestServer;
   let port: number;
@@ -961,8 +967,7 @@ describe('answers a client does not read (SEND_TIMEOUT_SECONDS, MAX_UNSENT_MB)',
   it('past MAX_UNSENT_MB in all, connections whose answers stand unread are closed; a slow reader is not', {
     timeout: 60_000,
   }, async () => {
-    const lines: Array<{ msg?: string; closed?: number }> = [];
-    const logger = pino({ level: 'warn' }, { write: (line: string) => lines.push(JSON.parse(line)) });
+    const { lines, logger } = warnLines<{ msg?: string; closed?: number }>();
     // A send time-out far off: only the bound closes them. 3 MB: one 4 MB answer standing still is past it.
     const bounded = await startServer({
       env: { SEND_TIMEOUT_SECONDS: '600', MAX_UNSENT_MB: '3' },
@@ -1035,6 +1040,13 @@ describe('connections one address holds at once (MAX_CONNECTIONS_PER_ADDRESS)', 
     });
   }
 
+  /** A server capping each address at MAX_CONNECTIONS_PER_ADDRESS (in `env`), its port, and its warn lines. */
+  async function cappedServer(env: Record<string, string>) {
+    const { lines, logger } = warnLines<{ msg?: string; alsoRefused?: number }>();
+    const server = await startServer({ env, logger });
+    return { server, port: Number(new URL(server.url).port), lines };
+  }
+
   /** Opens `count` connections that are each served and stay open, into `held`. */
   async function holdServed(port: number, count: number, held: net.Socket[]): Promise<void> {
     for (let i = 0; i < count; i++) {
@@ -1051,10 +1063,7 @@ describe('connections one address holds at once (MAX_CONNECTIONS_PER_ADDRESS)', 
   });
 
   it('past the cap a connection gets 429 in the envelope and is closed; one closed makes room again', async () => {
-    const lines: Array<{ msg?: string }> = [];
-    const logger = pino({ level: 'warn' }, { write: (line: string) => lines.push(JSON.parse(line)) });
-    const server = await startServer({ env: { MAX_CONNECTIONS_PER_ADDRESS: '3' }, logger });
-    const port = Number(new URL(server.url).port);
+    const { server, port, lines } = await cappedServer({ MAX_CONNECTIONS_PER_ADDRESS: '3' });
     const held: net.Socket[] = [];
     try {
       await holdServed(port, 3, held);
@@ -1096,10 +1105,7 @@ describe('connections one address holds at once (MAX_CONNECTIONS_PER_ADDRESS)', 
   });
 
   it(`past ${MAX_LINGERING_REFUSALS} refusals still closing, the address's next connections are closed unanswered; one line is logged for them all`, async () => {
-    const lines: Array<{ msg?: string; alsoRefused?: number }> = [];
-    const logger = pino({ level: 'warn' }, { write: (line: string) => lines.push(JSON.parse(line)) });
-    const server = await startServer({ env: { MAX_CONNECTIONS_PER_ADDRESS: '1' }, logger });
-    const port = Number(new URL(server.url).port);
+    const { server, port, lines } = await cappedServer({ MAX_CONNECTIONS_PER_ADDRESS: '1' });
     const held: net.Socket[] = [];
     try {
       await holdServed(port, 1, held);
@@ -1134,8 +1140,7 @@ describe('connections one address holds at once (MAX_CONNECTIONS_PER_ADDRESS)', 
 
   for (const trustProxy of ['127.0.0.1', '1']) {
     it(`a trusted proxy's address is not capped (TRUST_PROXY=${trustProxy})`, async () => {
-      const server = await startServer({ env: { MAX_CONNECTIONS_PER_ADDRESS: '2', TRUST_PROXY: trustProxy } });
-      const port = Number(new URL(server.url).port);
+      const { server, port } = await cappedServer({ MAX_CONNECTIONS_PER_ADDRESS: '2', TRUST_PROXY: trustProxy });
       const held: net.Socket[] = [];
       try {
         await holdServed(port, 4, held);

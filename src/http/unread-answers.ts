@@ -104,7 +104,7 @@ function bytesTaken(socket: Socket): number {
 /**
  * Every UNSENT_CHECK_MS, adds up what each connection holds unsent (its writable length: an
  * answer's buffer is held whole until the kernel has taken all of it; a string counts its
- * characters, up to three bytes each in UTF-8). Past `limitBytes`, closes the connections whose
+ * characters, up to three bytes each in UTF-8, a buffer its bytes: /raw's large answers). Past `limitBytes`, closes the connections whose
  * taken bytes have not grown for STALLED_MS, largest first, until the rest fit, and tells
  * `onShed` how many and how much.
  */
